@@ -1,0 +1,39 @@
+# The two entry points of the README. Each one sets up everything it needs, idempotently.
+#   make demo   runs the example on the embedded default (no OPA server needed)
+#   make check  provisions a real OPA, then runs lint, types, policy tests and the test suite
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo check setup lint typecheck test policy-test clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python examples/quickstart.py
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+policy-test:
+	OPA_BIN="$$(scripts/provision-opa)" && policies/check.sh "$$OPA_BIN"
+
+test: $(STAMP)
+	OPA_BIN="$$(scripts/provision-opa)" && export OPA_BIN && $(BIN)/python -m pytest
+
+check: lint typecheck policy-test test
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -1,0 +1,73 @@
+"""gateway: a policy-as-code authorization gateway for tool calls.
+
+Untrusted callers propose tool calls; ``Contract.prepare`` admits only well-formed ones, a
+``Guard`` asks an ``Authorizer`` (Open Policy Agent, in the policy layer) whether each may
+run, and only an explicit allow runs the tool.
+"""
+
+from gateway._call import ToolCall
+from gateway._capability import (
+    MAX_WRAPPING_DEPTH,
+    InputValidatingTool,
+    InputValidator,
+    WrappingTool,
+    capability,
+)
+from gateway._contract import (
+    DEFAULT_LIMITS,
+    AdmissionLimits,
+    Binding,
+    Contract,
+    Invocation,
+    Tool,
+    bind,
+)
+from gateway._definition import ToolDefinition
+from gateway._errors import (
+    DuplicateToolError,
+    GatewayError,
+    InvalidDefinitionError,
+    InvalidFailureError,
+    InvalidInvocationError,
+    InvalidToolError,
+    InvalidToolOutputError,
+    InvalidWrappingChainError,
+)
+from gateway._failure import Failure, FailureKind
+from gateway._func import Func, function_tool
+from gateway._output import Content, MediaContent, TextContent, ToolOutput
+from gateway._registry import Registry
+
+__all__ = [
+    "DEFAULT_LIMITS",
+    "MAX_WRAPPING_DEPTH",
+    "AdmissionLimits",
+    "Binding",
+    "Content",
+    "Contract",
+    "DuplicateToolError",
+    "Failure",
+    "FailureKind",
+    "Func",
+    "GatewayError",
+    "InputValidatingTool",
+    "InputValidator",
+    "InvalidDefinitionError",
+    "InvalidFailureError",
+    "InvalidInvocationError",
+    "InvalidToolError",
+    "InvalidToolOutputError",
+    "InvalidWrappingChainError",
+    "Invocation",
+    "MediaContent",
+    "Registry",
+    "TextContent",
+    "Tool",
+    "ToolCall",
+    "ToolDefinition",
+    "ToolOutput",
+    "WrappingTool",
+    "bind",
+    "capability",
+    "function_tool",
+]

@@ -1,0 +1,285 @@
+"""The trust boundary: Tool, bind, Binding, Contract and Invocation.
+
+An untrusted ToolCall becomes executable only through ``Contract.prepare``, which checks it
+against a definition frozen at bind time. The contract keeps no reference to the executable
+tool, so it can be handed to admission code (or outlive the tool) without granting
+execution.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, Protocol, runtime_checkable
+
+from gateway import _json, _schema
+from gateway._call import ToolCall
+from gateway._capability import InputValidatingTool, InputValidator, capability
+from gateway._definition import ToolDefinition
+from gateway._errors import InvalidInvocationError, InvalidToolError
+from gateway._output import ToolOutput
+
+
+@runtime_checkable
+class Tool(Protocol):
+    """The minimal executable capability.
+
+    ``definition()`` returns a valid, immutable definition safe to show to a model. ``call``
+    receives only an Invocation promoted by the tool's exact frozen Contract; it owns any
+    semantic validation beyond the schema, must honour cancellation, and must not retain the
+    invocation. Ordinary failures are raised; :class:`gateway.Failure` carries a complete
+    unsuccessful outcome with public output.
+    """
+
+    def definition(self) -> ToolDefinition:
+        """Return the model-visible definition."""
+        ...
+
+    async def call(self, invocation: Invocation) -> ToolOutput:
+        """Execute one admitted invocation."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AdmissionLimits:
+    """Bounds on untrusted argument documents, enforced by ``Contract.prepare``.
+
+    Attributes:
+        max_argument_bytes: the largest accepted argument document (default 1 MiB).
+        max_depth: the deepest accepted container nesting (default 64).
+    """
+
+    max_argument_bytes: int = _json.DEFAULT_MAX_ARGUMENT_BYTES
+    max_depth: int = _json.DEFAULT_MAX_DEPTH
+
+    def __post_init__(self) -> None:
+        if self.max_argument_bytes < 2 or self.max_depth < 1:
+            raise InvalidToolError("tool: invalid tool: admission limits are too small")
+
+
+DEFAULT_LIMITS: Final = AdmissionLimits()
+
+
+class _ContractState:
+    # The frozen identity every Invocation is checked against. Deliberately holds no tool.
+    __slots__ = ("definition", "limits", "schema", "validator")
+
+    def __init__(
+        self,
+        definition: ToolDefinition,
+        schema: _schema.CompiledSchema,
+        validator: InputValidator | None,
+        limits: AdmissionLimits,
+    ) -> None:
+        self.definition = definition
+        self.schema = schema
+        self.validator = validator
+        self.limits = limits
+
+
+_TOKEN: Final = object()
+
+
+class Invocation:
+    """A complete JSON object admitted by one exact frozen contract.
+
+    Only :meth:`Contract.prepare` can make one. ``arguments`` are the verbatim validated
+    bytes (``b"{}"`` for blank input); bytes are immutable, so nothing handed out can change
+    the invocation.
+    """
+
+    __slots__ = ("_arguments", "_call_id", "_state")
+
+    def __init__(self, token: object, state: _ContractState, arguments: bytes, call_id: str):
+        if token is not _TOKEN:
+            raise InvalidInvocationError(
+                "tool: invalid invocation: only Contract.prepare creates invocations"
+            )
+        self._state = state
+        self._arguments = arguments
+        self._call_id = call_id
+
+    @property
+    def arguments(self) -> bytes:
+        """The admitted argument document, byte for byte."""
+        return self._arguments
+
+    @property
+    def call_id(self) -> str:
+        """The id of the ToolCall this invocation was prepared from."""
+        return self._call_id
+
+    @property
+    def tool_name(self) -> str:
+        """The name of the tool whose contract admitted this invocation."""
+        return self._state.definition.name
+
+    def __repr__(self) -> str:
+        return f"Invocation(tool={self.tool_name!r}, call_id={self._call_id!r})"
+
+
+class Contract:
+    """The immutable trust boundary between an untrusted ToolCall and an Invocation.
+
+    It holds the frozen definition, the compiled schema and the independent input validator,
+    and never the executable tool. Safe for concurrent use.
+    """
+
+    __slots__ = ("_state",)
+
+    def __init__(self, token: object, state: _ContractState) -> None:
+        if token is not _TOKEN:
+            raise InvalidToolError("tool: invalid tool: contracts are made by bind()")
+        self._state = state
+
+    @property
+    def definition(self) -> ToolDefinition:
+        """The frozen definition (immutable)."""
+        return self._state.definition
+
+    @property
+    def limits(self) -> AdmissionLimits:
+        """The admission bounds in force."""
+        return self._state.limits
+
+    def prepare(self, call: ToolCall) -> Invocation:
+        """Admit an untrusted call, or refuse it. Never calls the tool or any policy.
+
+        Checks, in order: the call's own fields (id, then name), the exact tool name, blank
+        arguments (normalized to ``{}``), the size bound, strict JSON (RFC 7493) within the
+        depth bound, the JSON Schema, then the tool's own input validator.
+
+        Raises:
+            InvalidInvocationError: for any refusal, whatever the input; a validator's own
+                exception is kept as ``__cause__``.
+        """
+        if not isinstance(call, ToolCall):
+            raise InvalidInvocationError("tool: invalid invocation: expected a ToolCall")
+        call.validate()
+        state = self._state
+        want = state.definition.name
+        if call.name != want:
+            raise InvalidInvocationError(
+                f"tool: invalid invocation: call name {call.name!r} does not match bound "
+                f"tool {want!r}"
+            )
+        raw = call.arguments
+        if isinstance(raw, str):
+            try:
+                raw = raw.encode("utf-8")
+            except UnicodeEncodeError:
+                raise InvalidInvocationError(
+                    "tool: invalid invocation: arguments: value must be one valid RFC 7493 "
+                    "JSON document"
+                ) from None
+        else:
+            raw = bytes(raw)
+        limit = state.limits.max_argument_bytes
+        if len(raw) > limit:
+            raise InvalidInvocationError(
+                f"tool: invalid invocation: arguments: document exceeds {limit} bytes"
+            )
+        if _json.is_blank(raw):
+            raw = b"{}"
+        try:
+            value = _json.parse(raw, max_depth=state.limits.max_depth)
+        except _json.StrictJSONError as exc:
+            raise InvalidInvocationError(
+                "tool: invalid invocation: arguments: value must be one valid RFC 7493 JSON "
+                f"document ({exc})"
+            ) from None
+        try:
+            state.schema.validate(value)
+        except Exception as exc:
+            raise InvalidInvocationError(f"tool: invalid invocation: arguments: {exc}") from None
+        if state.validator is not None:
+            try:
+                state.validator(raw)
+            except Exception as exc:
+                raise InvalidInvocationError(f"tool: invalid invocation: arguments: {exc}") from exc
+        return Invocation(_TOKEN, state, raw, call.id)
+
+
+class Binding:
+    """One immutable Contract with the Tool that executes it.
+
+    Copies share the contract identity; calls may run concurrently when the tool allows.
+    """
+
+    __slots__ = ("_contract", "_tool")
+
+    def __init__(self, token: object, contract: Contract, tool: Tool) -> None:
+        if token is not _TOKEN:
+            raise InvalidToolError("tool: invalid tool: bindings are made by bind()")
+        self._contract = contract
+        self._tool = tool
+
+    @property
+    def contract(self) -> Contract:
+        """The exact frozen contract; keeping it does not keep the tool alive."""
+        return self._contract
+
+    @property
+    def definition(self) -> ToolDefinition:
+        """Shorthand for ``contract.definition``."""
+        return self._contract.definition
+
+    def prepare(self, call: ToolCall) -> Invocation:
+        """Shorthand for ``contract.prepare(call)``."""
+        return self._contract.prepare(call)
+
+    async def call(self, invocation: Invocation) -> ToolOutput:
+        """Run the tool on an invocation prepared by this binding's contract.
+
+        The tool's result and exceptions pass through unchanged.
+
+        Raises:
+            InvalidInvocationError: the invocation belongs to another contract (even of an
+                identical tool); the tool does not run.
+        """
+        if not isinstance(invocation, Invocation) or invocation._state is not self._contract._state:
+            raise InvalidInvocationError(
+                "tool: invalid invocation: invocation does not belong to binding"
+            )
+        return await self._tool.call(invocation)
+
+    def __repr__(self) -> str:
+        return f"Binding(tool={self._contract.definition.name!r})"
+
+
+def bind(tool: Tool, *, limits: AdmissionLimits = DEFAULT_LIMITS) -> Binding:
+    """Freeze a tool's contract and pair it with the tool.
+
+    Calls ``tool.definition()`` exactly once, compiles its input schema, and resolves the
+    input validator declaration through the wrapping chain (outermost declaration wins).
+
+    Raises:
+        InvalidToolError: ``tool`` is None or not a Tool, its definition is invalid or could
+            not be produced, its schema does not compile, or its validator declaration
+            fails (including an invalid wrapping chain).
+    """
+    if tool is None or not isinstance(tool, Tool):
+        raise InvalidToolError("tool: invalid tool: tool is nil")
+    if not isinstance(limits, AdmissionLimits):
+        raise InvalidToolError("tool: invalid tool: limits must be AdmissionLimits")
+    try:
+        definition = tool.definition()
+    except Exception as exc:
+        raise InvalidToolError(f"tool: invalid tool: definition: {exc}") from exc
+    if not isinstance(definition, ToolDefinition):
+        raise InvalidToolError("tool: invalid tool: definition() must return a ToolDefinition")
+    try:
+        schema = _schema.compile_schema(definition.input_schema_json)
+    except _schema.SchemaError as exc:
+        raise InvalidToolError(
+            f"tool: invalid tool: input schema: jsonschema: invalid schema: {exc}"
+        ) from None
+    try:
+        # mypy refuses protocol classes as type[T]; runtime_checkable makes this sound.
+        declaring = capability(tool, InputValidatingTool)  # type: ignore[type-abstract]
+        validator = None if declaring is None else declaring.input_validator()
+    except Exception as exc:
+        raise InvalidToolError(f"tool: invalid tool: input validation: {exc}") from exc
+    if validator is not None and not callable(validator):
+        raise InvalidToolError("tool: invalid tool: input validation: validator is not callable")
+    state = _ContractState(definition, schema, validator, limits)
+    return Binding(_TOKEN, Contract(_TOKEN, state), tool)

@@ -1,0 +1,70 @@
+"""The exception hierarchy shared by every layer of the gateway.
+
+Each class names what the caller should do, and carries a stable snake_case ``code`` that
+logs, metrics, audit records and HTTP responses share::
+
+    GatewayError
+    ├── InvalidToolError            a tool or its definition cannot be bound (misconfiguration)
+    │   └── InvalidDefinitionError  a ToolDefinition breaks the protocol rules
+    ├── InvalidInvocationError      an untrusted call was refused at admission
+    ├── InvalidWrappingChainError   a decorator chain is cyclic or too deep
+    ├── DuplicateToolError          a registry already holds (or was handed twice) a name
+    ├── InvalidFailureError         a Failure was built from invalid parts
+    ├── InvalidToolOutputError      a tool result is not a valid ToolOutput
+    ├── AuthorizationError          no policy decision could be established (sealed cause)
+    └── Failure                     a definite unsuccessful outcome (failed / rejected)
+
+``AuthorizationError`` and ``Failure`` live in their own modules because they own behaviour.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class GatewayError(Exception):
+    """Root of every error the gateway raises on purpose."""
+
+    code: ClassVar[str] = "gateway_error"
+
+
+class InvalidToolError(GatewayError, ValueError):
+    """A tool, its definition, its schema or its wrapping chain cannot be bound."""
+
+    code: ClassVar[str] = "invalid_tool"
+
+
+class InvalidDefinitionError(InvalidToolError):
+    """A ToolDefinition breaks the protocol rules (name, description or input schema)."""
+
+    code: ClassVar[str] = "invalid_definition"
+
+
+class InvalidInvocationError(GatewayError, ValueError):
+    """An untrusted tool call was refused before anything ran."""
+
+    code: ClassVar[str] = "invalid_invocation"
+
+
+class InvalidWrappingChainError(GatewayError, ValueError):
+    """A WrappingTool chain is cyclic or deeper than the bound."""
+
+    code: ClassVar[str] = "invalid_wrapping_chain"
+
+
+class DuplicateToolError(GatewayError, ValueError):
+    """A tool name is registered twice, in one batch or across batches."""
+
+    code: ClassVar[str] = "duplicate_tool"
+
+
+class InvalidFailureError(GatewayError, ValueError):
+    """A Failure was constructed from an invalid kind, cause or output."""
+
+    code: ClassVar[str] = "invalid_failure"
+
+
+class InvalidToolOutputError(GatewayError, ValueError):
+    """A tool result is not a valid ToolOutput (bad content item or invalid JSON details)."""
+
+    code: ClassVar[str] = "invalid_tool_output"

@@ -1,0 +1,215 @@
+"""Func: a typed Python function (sync or async) adapted to the Tool protocol.
+
+The input schema is derived from the function's signature, and a strict decoder (pydantic
+in strict JSON mode) enforces what JSON Schema cannot: ``1.0`` and ``true`` are not integers,
+unknown members are refused, numbers must be finite. The same decoder runs at admission (as
+the input validator) and before the call, so a function only ever sees arguments that passed
+both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, Final, overload
+
+import pydantic
+import pydantic_core
+
+from gateway._capability import InputValidator
+from gateway._contract import Invocation
+from gateway._definition import ToolDefinition
+from gateway._errors import InvalidToolError, InvalidToolOutputError
+from gateway._output import ToolOutput
+
+_DIALECT: Final = "https://json-schema.org/draft/2020-12/schema"
+_CONFIG: Final = pydantic.ConfigDict(
+    extra="forbid", strict=True, allow_inf_nan=False, arbitrary_types_allowed=False
+)
+
+
+def _arguments_model(fn: Callable[..., Any], name: str) -> type[pydantic.BaseModel]:
+    try:
+        signature = inspect.signature(fn, eval_str=True)
+    except (NameError, TypeError, ValueError) as exc:
+        raise InvalidToolError(f"tool: invalid tool: signature of {name!r}: {exc}") from None
+    fields: dict[str, Any] = {}
+    for parameter in signature.parameters.values():
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            raise InvalidToolError(
+                f"tool: invalid tool: {name!r}: *args and **kwargs cannot be described by a schema"
+            )
+        if parameter.kind is parameter.POSITIONAL_ONLY:
+            raise InvalidToolError(
+                f"tool: invalid tool: {name!r}: positional-only parameter {parameter.name!r}"
+            )
+        if parameter.annotation is parameter.empty:
+            raise InvalidToolError(
+                f"tool: invalid tool: {name!r}: parameter {parameter.name!r} needs a type "
+                "annotation"
+            )
+        if parameter.name.startswith("_"):
+            raise InvalidToolError(
+                f"tool: invalid tool: {name!r}: parameter {parameter.name!r} must not start "
+                "with an underscore"
+            )
+        default = ... if parameter.default is parameter.empty else parameter.default
+        fields[parameter.name] = (parameter.annotation, default)
+    try:
+        model: type[pydantic.BaseModel] = pydantic.create_model(
+            f"{name}_arguments", __config__=_CONFIG, **fields
+        )
+    except Exception as exc:  # pydantic raises several unrelated types for unusable types
+        raise InvalidToolError(f"tool: invalid tool: {name!r}: input type: {exc}") from None
+    return model
+
+
+def _derive_schema(model: type[pydantic.BaseModel], name: str) -> dict[str, Any]:
+    try:
+        schema = model.model_json_schema()
+    except Exception as exc:
+        raise InvalidToolError(f"tool: invalid tool: {name!r}: input schema: {exc}") from None
+    schema.pop("title", None)
+    return {"$schema": _DIALECT, **schema}
+
+
+def _strict_decoder(model: type[pydantic.BaseModel]) -> InputValidator:
+    # Captures only the model class, never the Func or the function, so a contract that
+    # holds this validator does not keep the executable alive.
+    def validate(raw: bytes) -> None:
+        try:
+            model.model_validate_json(raw, strict=True)
+        except pydantic.ValidationError as exc:
+            raise ValueError(_describe(exc)) from None
+
+    return validate
+
+
+def _describe(exc: pydantic.ValidationError) -> str:
+    parts = []
+    for error in exc.errors(include_url=False, include_input=False):
+        location = "/" + "/".join(str(part) for part in error["loc"])
+        parts.append(f"at {location}: {error['msg']}")
+    return "decode: " + "; ".join(parts)
+
+
+def _encode_result(result: object) -> ToolOutput:
+    if isinstance(result, ToolOutput):
+        return result
+    if isinstance(result, str):
+        return ToolOutput.from_text(str(result))
+    try:
+        raw = pydantic_core.to_json(result, inf_nan_mode="strings")
+    except (pydantic_core.PydanticSerializationError, TypeError, ValueError) as exc:
+        raise InvalidToolOutputError(f"tool: encode function result: {exc}") from None
+    return ToolOutput.from_json(raw)
+
+
+class Func:
+    """A typed function as a Tool.
+
+    The input schema is an object with one property per parameter (required unless it has a
+    default, no additional properties). Supported annotations: ``str``, ``int``, ``float``,
+    ``bool``, ``None``, ``list``, ``dict``, ``tuple``, ``Literal``, ``Enum``, optional
+    unions, dataclasses, ``typing_extensions.TypedDict``, pydantic models, and
+    ``Annotated[..., pydantic.Field(...)]`` constraints (length, range, pattern).
+
+    A ``str`` result becomes text output; a ``ToolOutput`` passes through; anything else is
+    encoded as JSON details. An exception from the function passes through unchanged. A sync
+    function runs in a worker thread (with the caller's context variables) so it never
+    blocks the event loop.
+
+    Raises:
+        InvalidToolError: ``fn`` is not callable, a parameter cannot be described by a
+            schema, or the name or description is invalid.
+    """
+
+    __slots__ = ("_definition", "_fn", "_is_async", "_model", "_validator")
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+    ) -> None:
+        if fn is None or not callable(fn):
+            raise InvalidToolError("tool: invalid tool: function is nil")
+        tool_name = name if name is not None else getattr(fn, "__name__", "")
+        if description is None:
+            description = inspect.getdoc(fn) or ""
+        model = _arguments_model(fn, str(tool_name))
+        try:
+            definition = ToolDefinition(
+                tool_name, _derive_schema(model, str(tool_name)), description
+            )
+        except InvalidToolError as exc:
+            raise InvalidToolError(f"tool: invalid tool: definition: {exc}") from None
+        self._fn = fn
+        self._is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+            getattr(fn, "__call__", None)  # noqa: B004 - async callable objects
+        )
+        self._model = model
+        self._definition = definition
+        self._validator = _strict_decoder(model)
+
+    def definition(self) -> ToolDefinition:
+        """The derived definition (immutable)."""
+        return self._definition
+
+    def input_validator(self) -> InputValidator:
+        """The strict decoder, independent of this Func and its function."""
+        return self._validator
+
+    async def call(self, invocation: Invocation) -> ToolOutput:
+        """Decode the arguments strictly, run the function, encode its result.
+
+        Raises:
+            InvalidToolError: ``invocation`` is not an Invocation.
+            ValueError: the arguments do not decode (only reachable when admission was
+                bypassed).
+            InvalidToolOutputError: the result cannot be encoded as JSON.
+        """
+        if not isinstance(invocation, Invocation):
+            raise InvalidToolError("tool: invalid tool: expected an Invocation")
+        try:
+            decoded = self._model.model_validate_json(invocation.arguments, strict=True)
+        except pydantic.ValidationError as exc:
+            raise ValueError(f"tool: decode function arguments: {_describe(exc)}") from None
+        kwargs = {field: getattr(decoded, field) for field in type(decoded).model_fields}
+        if self._is_async:
+            result = await self._fn(**kwargs)
+        else:
+            result = await asyncio.to_thread(self._fn, **kwargs)
+        return _encode_result(result)
+
+    def __repr__(self) -> str:
+        return f"Func(name={self._definition.name!r})"
+
+
+@overload
+def function_tool(fn: Callable[..., Any], /) -> Func: ...
+
+
+@overload
+def function_tool(
+    fn: None = None, /, *, name: str | None = None, description: str | None = None
+) -> Callable[[Callable[..., Any]], Func]: ...
+
+
+def function_tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+) -> Func | Callable[[Callable[..., Any]], Func]:
+    """Turn a typed function into a :class:`Func`; usable bare or as ``@function_tool(...)``.
+
+    The name defaults to the function's ``__name__`` and the description to its docstring.
+    """
+    if fn is not None:
+        return Func(fn, name=name, description=description)
+    return functools.partial(Func, name=name, description=description)

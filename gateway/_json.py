@@ -1,0 +1,192 @@
+"""Strict JSON (RFC 7493, I-JSON) reading and canonical writing for untrusted input.
+
+Python's ``json`` module is lenient where the gateway must not be: it accepts ``NaN`` and
+``Infinity``, keeps the last of duplicate member names, decodes escaped lone surrogates and
+rounds long decimals to floats. Everything here closes those gaps, bounds the work done on
+hostile input, and never raises anything but :class:`StrictJSONError` for bad input.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from decimal import Decimal
+from typing import Any, Final
+
+#: Default upper bound on the size of one tool call's argument document, in bytes.
+DEFAULT_MAX_ARGUMENT_BYTES: Final = 1 << 20
+#: Default upper bound on container nesting (objects and arrays) in an argument document.
+DEFAULT_MAX_DEPTH: Final = 64
+
+# Go's unicode.IsSpace set (the White_Space property), which the seed trims before deciding
+# that arguments are blank. Python's str.strip() would also strip U+001C..U+001F.
+_GO_SPACE: Final = (
+    "\t\n\v\f\r \u0085\u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007"
+    "\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
+
+JSONValue = Any
+"""A decoded JSON value: dict, list, str, int, Decimal, bool or None."""
+
+
+class StrictJSONError(ValueError):
+    """Bytes that are not exactly one valid RFC 7493 JSON document within the limits."""
+
+
+def _reject_constant(name: str) -> Any:
+    raise StrictJSONError(f"non-finite number {name} is not JSON")
+
+
+def _unique_members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    members = dict(pairs)
+    if len(members) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise StrictJSONError(f"duplicate member name {key!r}")
+            seen.add(key)
+    return members
+
+
+def is_blank(raw: bytes) -> bool:
+    """Report whether ``raw`` is empty after trimming Unicode white space at both ends."""
+    if not raw.strip(b" \t\n\r\v\f"):
+        return True
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return not text.strip(_GO_SPACE)
+
+
+def _check_tree(value: JSONValue, max_depth: int) -> None:
+    # Iterative walk: depth is bounded here, never by the interpreter's recursion limit.
+    stack: list[tuple[JSONValue, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, str):
+            _check_text(node)
+        elif isinstance(node, dict):
+            if depth > max_depth:
+                raise StrictJSONError(f"nesting exceeds {max_depth} levels")
+            for key, item in node.items():
+                _check_text(key)
+                stack.append((item, depth + 1))
+        elif isinstance(node, list):
+            if depth > max_depth:
+                raise StrictJSONError(f"nesting exceeds {max_depth} levels")
+            stack.extend((item, depth + 1) for item in node)
+
+
+def _check_text(text: str) -> None:
+    # An escaped lone surrogate ("\ud800") decodes to an unencodable code point.
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise StrictJSONError("string contains a lone surrogate") from None
+
+
+def parse(raw: bytes, *, max_depth: int = DEFAULT_MAX_DEPTH) -> JSONValue:
+    """Decode exactly one strict JSON document from UTF-8 bytes.
+
+    Numbers stay exact: integers are ``int`` and every other number is a ``Decimal``.
+
+    Raises:
+        StrictJSONError: the bytes are not valid UTF-8, not exactly one JSON value, contain
+            duplicate member names, non-finite numbers or lone surrogates at any depth, or
+            nest deeper than ``max_depth``.
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise StrictJSONError("document is not valid UTF-8") from None
+    try:
+        value = json.loads(
+            text,
+            object_pairs_hook=_unique_members,
+            parse_float=Decimal,
+            parse_constant=_reject_constant,
+        )
+    except StrictJSONError:
+        raise
+    except RecursionError:
+        raise StrictJSONError(f"nesting exceeds {max_depth} levels") from None
+    except ValueError as exc:  # JSONDecodeError, and int() past the digit limit
+        raise StrictJSONError(f"document is not valid JSON: {exc}") from None
+    _check_tree(value, max_depth)
+    return value
+
+
+def _encode_string(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+_SCALARS: Final = {None: "null", True: "true", False: "false"}
+
+
+def _encode_into(value: JSONValue, out: list[str]) -> None:
+    if value is None or value is True or value is False:
+        out.append(_SCALARS[value])
+    elif isinstance(value, str):
+        out.append(_encode_string(value))
+    elif isinstance(value, int):
+        out.append(str(value))
+    elif isinstance(value, Decimal | float):
+        if not math.isfinite(value):
+            raise StrictJSONError("non-finite number is not JSON")
+        out.append(str(value) if isinstance(value, Decimal) else repr(value))
+    elif isinstance(value, dict):
+        _encode_object(value, out)
+    elif isinstance(value, list | tuple):
+        out.append("[")
+        for index, item in enumerate(value):
+            if index:
+                out.append(",")
+            _encode_into(item, out)
+        out.append("]")
+    else:
+        raise StrictJSONError(f"{type(value).__name__} is not a JSON value")
+
+
+def _encode_object(value: dict[Any, Any], out: list[str]) -> None:
+    if not all(isinstance(key, str) for key in value):
+        raise StrictJSONError("object member names must be strings")
+    out.append("{")
+    for index, key in enumerate(sorted(value)):
+        if index:
+            out.append(",")
+        out.append(_encode_string(key))
+        out.append(":")
+        _encode_into(value[key], out)
+    out.append("}")
+
+
+def canonical(value: JSONValue) -> bytes:
+    """Encode a decoded JSON value compactly with sorted member names, numbers kept exact.
+
+    Two documents that differ only in member order or insignificant white space encode to
+    the same bytes. Number literals are kept as decoded (``1.0`` and ``1`` stay distinct).
+    """
+    out: list[str] = []
+    _encode_into(value, out)
+    return "".join(out).encode("utf-8")
+
+
+def digest(value: JSONValue) -> str:
+    """Return the SHA-256 hex digest of ``canonical(value)``."""
+    return hashlib.sha256(canonical(value)).hexdigest()
+
+
+def to_plain(value: JSONValue) -> Any:
+    """Convert exact numbers to plain Python numbers for display-only views.
+
+    Decimals become floats; use only where exactness does not matter (documentation, UI).
+    """
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, dict):
+        return {key: to_plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [to_plain(item) for item in value]
+    return value

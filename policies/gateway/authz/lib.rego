@@ -1,0 +1,93 @@
+# METADATA
+# title: Shared helpers
+# description: |
+#   Safe accessors for the input document and the policy data. Every accessor
+#   type-checks before it calls a builtin, so no rule can raise an error on
+#   malformed input (regorus raises where OPA would be undefined).
+package gateway.authz.lib
+
+# Policy configuration, loaded from policies/data.json ("gateway" -> "config").
+config := data.gateway.config if is_object(data.gateway.config)
+else := {}
+
+# Tool settings by tool name.
+tools := config.tools if is_object(config.tools)
+else := {}
+
+# Role definitions by role name.
+role_defs := config.roles if is_object(config.roles)
+else := {}
+
+# Known tenants by tenant id.
+tenants := config.tenants if is_object(config.tenants)
+else := {}
+
+# Tenant-owned resources: resource kind -> resource id -> owning tenant.
+resources := config.resources if is_object(config.resources)
+else := {}
+
+# True when the caller supplied a context object.
+context_present if is_object(input.context)
+
+# Caller-owned context; {} when missing or malformed.
+ctx := input.context if context_present
+else := {}
+
+# The validated tool arguments; {} when missing or malformed.
+arguments := input.arguments if is_object(input.arguments)
+else := {}
+
+# The tool name, when it is a non-empty string.
+tool_name := input.tool.name if {
+	is_string(input.tool.name)
+	input.tool.name != ""
+}
+
+# The settings of the called tool, when the tool is configured.
+tool := tools[tool_name] if is_object(tools[tool_name])
+
+# The caller's subject, when it is a non-blank string.
+subject := ctx.subject if {
+	is_string(ctx.subject)
+	trim_space(ctx.subject) != ""
+}
+
+# The caller's roles: the string members of context.roles.
+roles := [r | some r in ctx.roles; is_string(r)] if is_array(ctx.roles)
+else := []
+
+# Tenant ids are lowercase slugs; this also makes them safe to splice into paths.
+tenant_pattern := `^[a-z0-9][a-z0-9_-]{0,62}$`
+
+# The caller's tenant, when it is a well-formed, known tenant id.
+tenant := ctx.tenant if {
+	is_string(ctx.tenant)
+	regex.match(tenant_pattern, ctx.tenant)
+	is_object(tenants[ctx.tenant])
+}
+
+# The definitions of the caller's known roles.
+caller_role_defs := [def | some r in roles; def := role_defs[r]; is_object(def)]
+
+# string_list(x) is the string members of x when x is an array, else [].
+string_list(x) := [s | some s in x; is_string(s)] if is_array(x)
+else := []
+
+# setting(name, fallback) is the called tool's setting, or fallback when unset (null counts as unset).
+setting(name, fallback) := object.get(tool, name, fallback) if object.get(tool, name, null) != null
+else := fallback
+
+# missing(name) holds when the argument is absent or null.
+missing(name) if object.get(arguments, name, null) == null
+
+# has_control(s) holds when the string has ASCII control characters (including NUL and DEL).
+has_control(s) if regex.match(`[\x00-\x1F\x7F]`, s)
+
+# has_non_ascii(s) holds when the string has any character outside ASCII.
+has_non_ascii(s) if regex.match(`[^\x00-\x7F]`, s)
+
+# denial(module, message, reason) builds a denial: a public message and an audit-only reason.
+denial(module, message, reason) := {"message": message, "reason": concat(": ", [module, reason])}
+
+# Public message for a tool whose settings are missing or inconsistent.
+misconfigured := "this tool is not configured correctly"
