@@ -5,6 +5,14 @@ Untrusted callers propose tool calls; ``Contract.prepare`` admits only well-form
 run, and only an explicit allow runs the tool.
 """
 
+from gateway._authorization import (
+    Authorization,
+    AuthorizationError,
+    Authorizer,
+    AuthorizerFunc,
+    Decision,
+    MalformedDecisionError,
+)
 from gateway._call import ToolCall
 from gateway._capability import (
     MAX_WRAPPING_DEPTH,
@@ -35,6 +43,7 @@ from gateway._errors import (
 )
 from gateway._failure import Failure, FailureKind
 from gateway._func import Func, function_tool
+from gateway._guard import Guard, run_blocking
 from gateway._output import Content, MediaContent, TextContent, ToolOutput
 from gateway._registry import Registry
 
@@ -42,14 +51,20 @@ __all__ = [
     "DEFAULT_LIMITS",
     "MAX_WRAPPING_DEPTH",
     "AdmissionLimits",
+    "Authorization",
+    "AuthorizationError",
+    "Authorizer",
+    "AuthorizerFunc",
     "Binding",
     "Content",
     "Contract",
+    "Decision",
     "DuplicateToolError",
     "Failure",
     "FailureKind",
     "Func",
     "GatewayError",
+    "Guard",
     "InputValidatingTool",
     "InputValidator",
     "InvalidDefinitionError",
@@ -59,6 +74,7 @@ __all__ = [
     "InvalidToolOutputError",
     "InvalidWrappingChainError",
     "Invocation",
+    "MalformedDecisionError",
     "MediaContent",
     "Registry",
     "TextContent",
@@ -70,4 +86,5 @@ __all__ = [
     "bind",
     "capability",
     "function_tool",
+    "run_blocking",
 ]

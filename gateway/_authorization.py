@@ -1,0 +1,152 @@
+"""What a policy sees and answers: Authorization, Authorizer, Decision, AuthorizationError."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import ClassVar, Protocol, runtime_checkable
+
+from gateway._definition import ToolDefinition
+from gateway._errors import GatewayError, InvalidToolError
+
+
+@dataclass(frozen=True, slots=True)
+class Authorization:
+    """The frozen view a policy decides on: the tool's definition and the validated arguments.
+
+    It deliberately has nothing else: no tool, no invocation, no call id. Caller-owned
+    context (identity, tenant) reaches a policy through the policy layer, never through the
+    model's arguments. ``arguments`` are the verbatim admitted bytes (``b"{}"`` for blank).
+    """
+
+    definition: ToolDefinition
+    arguments: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A policy's answer, richer than a bool.
+
+    Only ``allowed is True`` permits. ``message`` is the only part a caller ever sees;
+    ``reasons`` are for the audit trail. ``cache_ttl`` is how long (seconds) the policy lets
+    this decision be reused (``None``: unspecified, ``0``: never).
+    """
+
+    allowed: bool
+    message: str | None = None
+    reasons: tuple[str, ...] = field(default=())
+    decision_id: str | None = None
+    revision: str | None = None
+    cache_ttl: float | None = None
+    cached: bool = False
+    engine: str | None = None
+
+    def well_formed(self) -> bool:
+        """Report whether every field has its documented type (``allowed`` exactly a bool)."""
+        return (
+            isinstance(self.allowed, bool)
+            and (self.message is None or isinstance(self.message, str))
+            and isinstance(self.reasons, tuple)
+            and all(isinstance(reason, str) for reason in self.reasons)
+            and (self.decision_id is None or isinstance(self.decision_id, str))
+            and (self.revision is None or isinstance(self.revision, str))
+            and (
+                self.cache_ttl is None
+                or (
+                    isinstance(self.cache_ttl, int | float)
+                    and not isinstance(self.cache_ttl, bool)
+                    and self.cache_ttl >= 0
+                )
+            )
+            and isinstance(self.cached, bool)
+            and (self.engine is None or isinstance(self.engine, str))
+        )
+
+
+@runtime_checkable
+class Authorizer(Protocol):
+    """Decides whether one admitted call may run.
+
+    Return ``True``/``False`` or a :class:`Decision`. Raising means "no decision": the
+    Guard seals the exception in :class:`AuthorizationError` and the tool does not run.
+    Identity, consent, tenancy and policy storage stay caller-owned context.
+    """
+
+    async def authorize(self, authorization: Authorization) -> bool | Decision:
+        """Decide on one authorization."""
+        ...
+
+
+AuthorizerFunction = Callable[[Authorization], "bool | Decision | Awaitable[bool | Decision]"]
+
+
+class AuthorizerFunc:
+    """Adapts a plain function (sync or async) to :class:`Authorizer`.
+
+    A sync function runs inline on the event loop, so it must not block.
+
+    Raises:
+        InvalidToolError: ``fn`` is None or not callable.
+    """
+
+    __slots__ = ("_fn",)
+
+    def __init__(self, fn: AuthorizerFunction) -> None:
+        if fn is None or not callable(fn):
+            raise InvalidToolError("tool: invalid tool: authorizer is nil")
+        self._fn = fn
+
+    async def authorize(self, authorization: Authorization) -> bool | Decision:
+        """Call the function; await its result when it is awaitable."""
+        result = self._fn(authorization)
+        if inspect.isawaitable(result):
+            return await result
+        return result
+
+    def __repr__(self) -> str:
+        return f"AuthorizerFunc({getattr(self._fn, '__qualname__', self._fn)!r})"
+
+
+class AuthorizationError(GatewayError):
+    """No policy decision could be established; the tool was not executed.
+
+    The cause is sealed: it is reachable only through :attr:`cause`, never through
+    ``__cause__``, ``__context__``, ``str()`` or ``repr()``. ``code`` is the cause's own
+    stable code when the policy layer raised one of its errors (``engine_timeout``,
+    ``undefined_decision``, ...), else ``no_decision``.
+    """
+
+    code: ClassVar[str] = "no_decision"
+
+    def __init__(self, tool_name: str, cause: BaseException | None) -> None:
+        message = (
+            f'tool: authorization for "{tool_name}" failed'
+            if tool_name
+            else "tool: authorization failed"
+        )
+        super().__init__(message)
+        self._tool_name = tool_name
+        self._cause = cause
+        cause_code = getattr(cause, "code", None) if isinstance(cause, GatewayError) else None
+        if isinstance(cause_code, str):
+            self.code = cause_code  # type: ignore[misc]  # instance refinement of the class code
+
+    @property
+    def cause(self) -> BaseException | None:
+        """The policy's own exception, identical to what it raised."""
+        return self._cause
+
+    @property
+    def tool_name(self) -> str:
+        """The tool whose authorization failed."""
+        return self._tool_name
+
+    def __repr__(self) -> str:
+        return f"AuthorizationError(tool={self._tool_name!r}, code={self.code!r})"
+
+
+class MalformedDecisionError(GatewayError):
+    """An authorizer returned something other than a bool or a well-formed Decision."""
+
+    code: ClassVar[str] = "malformed_decision"

@@ -1,0 +1,152 @@
+"""Guard: authorization at the universal Tool.call boundary, failing closed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any, Final, TypeVar
+
+from gateway._authorization import (
+    Authorization,
+    AuthorizationError,
+    Authorizer,
+    Decision,
+    MalformedDecisionError,
+)
+from gateway._contract import Invocation, Tool
+from gateway._definition import ToolDefinition
+from gateway._errors import InvalidToolError
+from gateway._failure import Failure, FailureKind
+from gateway._output import ToolOutput
+
+_T = TypeVar("_T")
+
+_REFUSAL: Final = 'error: tool "{name}" is not authorized'
+
+
+def _cancel_requested() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+def _read(result: object) -> Decision | None:
+    # Only exact bools and well-formed Decisions count; 1, "true" or None are no decision.
+    if result is True or result is False:
+        return Decision(allowed=result)
+    if isinstance(result, Decision) and result.well_formed():
+        return result
+    return None
+
+
+class Guard:
+    """Runs the inner tool only after an explicit allow from the authorizer.
+
+    Both collaborators are required and keyword-only: a guard built without an authorizer
+    would report as protected while permitting everything. The inner ``definition()`` is
+    called exactly once, here; the guard hands out that snapshot and unwraps to the inner
+    tool, so capabilities (the input validator) resolve through it.
+
+    ``call`` does, in order: refuse to start if the task is already being cancelled; ask the
+    authorizer with a fresh :class:`Authorization`; seal any exception or malformed answer in
+    :class:`AuthorizationError`; propagate a cancellation that arrived during the decision;
+    raise ``Failure(REJECTED)`` on a refusal (the decision's public ``message``, or
+    ``error: tool "<name>" is not authorized``); otherwise run the inner tool on the same
+    invocation and return its result unchanged. ``asyncio.CancelledError`` always propagates
+    unchanged and is never sealed.
+
+    Raises:
+        InvalidToolError: the authorizer (checked first) or the tool is missing, or the
+            inner definition is invalid.
+    """
+
+    __slots__ = ("_authorizer", "_definition", "_tool")
+
+    def __init__(self, *, tool: Tool, authorizer: Authorizer) -> None:
+        if authorizer is None:
+            raise InvalidToolError("tool: invalid tool: authorizer is nil")
+        if not isinstance(authorizer, Authorizer):
+            raise InvalidToolError(
+                "tool: invalid tool: authorizer must have an async authorize() method "
+                "(wrap plain functions in AuthorizerFunc)"
+            )
+        if tool is None or not isinstance(tool, Tool):
+            raise InvalidToolError("tool: invalid tool: authorization guard tool is nil")
+        try:
+            definition = tool.definition()
+        except Exception as exc:
+            raise InvalidToolError(
+                f"tool: invalid tool: authorization guard definition: {exc}"
+            ) from exc
+        if not isinstance(definition, ToolDefinition):
+            raise InvalidToolError(
+                "tool: invalid tool: authorization guard definition: not a ToolDefinition"
+            )
+        self._tool = tool
+        self._authorizer = authorizer
+        self._definition = definition
+
+    def definition(self) -> ToolDefinition:
+        """The snapshot taken at construction; the inner tool is never consulted again."""
+        return self._definition
+
+    def unwrap(self) -> Tool:
+        """The inner tool."""
+        return self._tool
+
+    @property
+    def authorizer(self) -> Authorizer:
+        """The authorizer every call is checked against."""
+        return self._authorizer
+
+    async def call(self, invocation: Invocation) -> ToolOutput:
+        """Authorize, then run the inner tool only on an explicit allow.
+
+        Raises:
+            asyncio.CancelledError: the task was cancelled before or during the decision.
+            AuthorizationError: no decision (the cause is sealed).
+            Failure: the policy refused (kind ``rejected``, no cause).
+        """
+        if _cancel_requested():
+            raise asyncio.CancelledError
+        name = self._definition.name
+        authorization = Authorization(self._definition, invocation.arguments)
+        cause: Exception | None = None
+        result: object = None
+        try:
+            result = await self._authorizer.authorize(authorization)
+        except Exception as exc:  # every policy error is "no decision"
+            cause = exc
+        # Raised outside the except block so that nothing is chained into __context__.
+        if cause is not None:
+            raise AuthorizationError(name, cause)
+        decision = _read(result)
+        if decision is None:
+            raise AuthorizationError(
+                name, MalformedDecisionError(f"authorizer returned {type(result).__name__}")
+            )
+        if _cancel_requested():
+            raise asyncio.CancelledError
+        if decision.allowed is not True:
+            raise Failure(FailureKind.REJECTED, decision.message or _REFUSAL.format(name=name))
+        return await self._tool.call(invocation)
+
+    def __repr__(self) -> str:
+        return f"Guard(tool={self._definition.name!r}, authorizer={self._authorizer!r})"
+
+
+def run_blocking(awaitable: Coroutine[Any, Any, _T]) -> _T:
+    """Run one gateway coroutine to completion from code that is not async.
+
+    The same async code path runs underneath, in a fresh event loop, with the caller's
+    context variables (caller context included). Use ``await`` instead inside a running
+    event loop.
+
+    Raises:
+        RuntimeError: called from a thread whose event loop is running.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(awaitable)
+    awaitable.close()
+    raise RuntimeError("run_blocking() cannot be called from a running event loop; use await")

@@ -1,0 +1,268 @@
+"""The decision cache and the caching authorizer that every engine plugs into.
+
+Staleness bound: a cached decision is served for at most ``min(decision.cache_ttl,
+max_ttl)`` seconds counted from the moment its evaluation *started*, never after
+:meth:`DecisionCache.invalidate`, and never under a policy revision other than the one that
+produced it (the revision is part of the key). Errors and undefined or malformed decisions
+are never cached. Two callers whose context differs in any field never share an entry,
+because the whole input document (tool, arguments, context) is in the key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from typing import Final
+
+import cachetools
+
+from gateway._authorization import Authorization, Decision
+from gateway.policy._context import current_caller
+from gateway.policy._document import InputDocument
+from gateway.policy._errors import MalformedDecisionError, PolicyError
+
+Clock = Callable[[], float]
+DecisionFunction = Callable[[InputDocument], Awaitable[Decision | bool]]
+CacheKey = tuple[str, str, str, str]
+
+DEFAULT_MAX_TTL: Final = 60.0
+
+
+class CoalescedEvaluationError(PolicyError):
+    """The evaluation this call was waiting on was cancelled by its own caller."""
+
+    code = "engine_unavailable"
+
+
+@dataclass(frozen=True, slots=True)
+class CacheStats:
+    """Counters since the cache was made."""
+
+    hits: int
+    misses: int
+    coalesced: int
+    evictions: int
+    size: int
+
+
+class _Entries(cachetools.TLRUCache[CacheKey, tuple[Decision, float]]):
+    # Overridden to count capacity evictions; expiry goes through expire(), not here.
+    def __init__(self, maxsize: int, timer: Clock, on_evict: Callable[[], None]) -> None:
+        super().__init__(maxsize, ttu=lambda _key, value, _now: value[1], timer=timer)
+        self._on_evict = on_evict
+
+    def popitem(self) -> tuple[CacheKey, tuple[Decision, float]]:
+        item = super().popitem()
+        self._on_evict()
+        return item
+
+
+class DecisionCache:
+    """A bounded, thread-safe store of allow/deny decisions with per-decision TTLs.
+
+    Args:
+        maxsize: the most entries held; the least recently used go first.
+        max_ttl: the longest any decision is reused, whatever the policy asks (seconds).
+        default_ttl: the TTL for decisions that do not state one (default 0: not cached).
+        clock: a monotonic clock in seconds; inject a fake one in tests.
+    """
+
+    def __init__(
+        self,
+        *,
+        maxsize: int = 100_000,
+        max_ttl: float = DEFAULT_MAX_TTL,
+        default_ttl: float = 0.0,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        if maxsize < 1 or max_ttl < 0 or default_ttl < 0:
+            raise ValueError("maxsize must be >= 1 and TTLs >= 0")
+        self._lock = threading.Lock()
+        self._clock = clock
+        self._max_ttl = float(max_ttl)
+        self._default_ttl = float(default_ttl)
+        self._evictions = 0
+        self._entries = _Entries(maxsize, clock, self._count_eviction)
+        self._inflight: dict[CacheKey, concurrent.futures.Future[Decision]] = {}
+        self._generation = 0
+        self._hits = 0
+        self._misses = 0
+        self._coalesced = 0
+
+    def _count_eviction(self) -> None:
+        self._evictions += 1
+
+    @property
+    def clock(self) -> Clock:
+        """The clock the cache reads."""
+        return self._clock
+
+    @property
+    def max_ttl(self) -> float:
+        """The staleness bound in seconds."""
+        return self._max_ttl
+
+    def ttl_for(self, decision: Decision) -> float:
+        """The TTL a decision gets: its own (or the default), clamped to ``max_ttl``."""
+        wanted = self._default_ttl if decision.cache_ttl is None else decision.cache_ttl
+        return max(0.0, min(float(wanted), self._max_ttl))
+
+    def get(self, key: CacheKey) -> Decision | None:
+        """A live decision for ``key``, or ``None``."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return None
+            self._hits += 1
+            return entry[0]
+
+    def put(self, key: CacheKey, decision: Decision, *, started: float, generation: int) -> bool:
+        """Store a decision evaluated from ``started``; refused if invalidated meanwhile.
+
+        Returns:
+            Whether the decision was stored.
+        """
+        ttl = self.ttl_for(decision)
+        if ttl <= 0 or not isinstance(decision.allowed, bool):
+            return False
+        expires = started + ttl
+        with self._lock:
+            if generation != self._generation or expires <= self._clock():
+                return False
+            self._entries[key] = (replace(decision, cached=True), expires)
+            return True
+
+    def invalidate(self) -> None:
+        """Drop every entry; evaluations already running will not store their result."""
+        with self._lock:
+            self._generation += 1
+            self._entries.clear()
+
+    @property
+    def generation(self) -> int:
+        """Bumped by every :meth:`invalidate`."""
+        with self._lock:
+            return self._generation
+
+    def stats(self) -> CacheStats:
+        """A snapshot of the counters."""
+        with self._lock:
+            self._entries.expire()
+            return CacheStats(
+                hits=self._hits,
+                misses=self._misses,
+                coalesced=self._coalesced,
+                evictions=self._evictions,
+                size=len(self._entries),
+            )
+
+    async def get_or_evaluate(
+        self, key: CacheKey, evaluate: Callable[[], Awaitable[Decision]]
+    ) -> Decision:
+        """Return the cached decision, or evaluate once for all concurrent identical misses.
+
+        When the shared evaluation fails (or its caller is cancelled), every waiter gets a
+        failure too (no decision) and nothing is cached.
+        """
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._hits += 1
+                return entry[0]
+            pending = self._inflight.get(key)
+            if pending is not None:
+                self._coalesced += 1
+            else:
+                self._misses += 1
+                generation = self._generation
+                started = self._clock()
+                mine: concurrent.futures.Future[Decision] = concurrent.futures.Future()
+                # A running future cannot be cancelled by one impatient waiter.
+                mine.set_running_or_notify_cancel()
+                self._inflight[key] = mine
+        if pending is not None:
+            # shield: a waiter's own cancellation must not cancel the shared evaluation.
+            return await asyncio.shield(asyncio.wrap_future(pending))
+        try:
+            decision = await evaluate()
+        except BaseException as exc:
+            self._finish(key, mine, error=exc)
+            raise
+        self.put(key, decision, started=started, generation=generation)
+        self._finish(key, mine, result=decision)
+        return decision
+
+    def _finish(
+        self,
+        key: CacheKey,
+        future: concurrent.futures.Future[Decision],
+        *,
+        result: Decision | None = None,
+        error: BaseException | None = None,
+    ) -> None:
+        with self._lock:
+            self._inflight.pop(key, None)
+        if result is not None:
+            future.set_result(result)
+        elif isinstance(error, Exception):
+            future.set_exception(error)
+        else:
+            # The leader was cancelled: waiters get no decision rather than a cancellation
+            # that is not theirs.
+            future.set_exception(CoalescedEvaluationError("shared evaluation was cancelled"))
+
+
+class CachingAuthorizer:
+    """An :class:`gateway.Authorizer` over any decision function, with the decision cache.
+
+    The decision function receives the :class:`InputDocument` (tool, arguments and the
+    caller context in force) and returns a ``bool`` or a :class:`Decision`. The cache key is
+    ``(engine, path, revision(), document.digest)``.
+
+    Args:
+        decide: the decision function.
+        engine: the engine's identity (e.g. ``"opa:http://127.0.0.1:8181"``).
+        path: the decision path (e.g. ``"gateway/authz/decision"``).
+        revision: returns the current policy revision; a new value makes old entries unused.
+        cache: the cache; ``None`` evaluates every call.
+    """
+
+    def __init__(
+        self,
+        decide: DecisionFunction,
+        *,
+        engine: str,
+        path: str,
+        revision: Callable[[], str] = lambda: "",
+        cache: DecisionCache | None = None,
+    ) -> None:
+        self._decide = decide
+        self._engine = engine
+        self._path = path
+        self._revision = revision
+        self._cache = cache
+
+    @property
+    def cache(self) -> DecisionCache | None:
+        """The decision cache, if any."""
+        return self._cache
+
+    async def _evaluate(self, document: InputDocument) -> Decision:
+        result = await self._decide(document)
+        if result is True or result is False:
+            return Decision(allowed=result, engine=self._engine)
+        if isinstance(result, Decision) and result.well_formed():
+            return result
+        raise MalformedDecisionError("decision function returned a malformed decision")
+
+    async def authorize(self, authorization: Authorization) -> Decision:
+        """Decide on one authorization, through the cache when there is one."""
+        document = InputDocument(authorization, current_caller())
+        if self._cache is None:
+            return await self._evaluate(document)
+        key: CacheKey = (self._engine, self._path, self._revision(), document.digest)
+        return await self._cache.get_or_evaluate(key, lambda: self._evaluate(document))

@@ -1,0 +1,127 @@
+"""Caller-owned context: who is calling, for which tenant, set by the application.
+
+The context travels in a :mod:`contextvars` variable, so it follows ``await``, tasks and
+``asyncio.to_thread`` without being passed around, and it never comes from a model's tool
+arguments. It is frozen at construction and encoded once, canonically, for the policy
+input and the cache key.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import hashlib
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any, Final
+
+from gateway import _json
+from gateway._errors import GatewayError
+
+_MAX_CONTEXT_BYTES: Final = 64 * 1024
+
+
+class InvalidContextError(GatewayError, ValueError):
+    """Caller context that is not a JSON object of bounded size and depth."""
+
+    code = "invalid_context"
+
+
+class CallerContext:
+    """An immutable JSON object describing the caller (subject, roles, tenant, ...).
+
+    Any JSON object is accepted; the shipped policies read ``subject``, ``roles`` and
+    ``tenant``. The empty context is ``{}``, which policies should deny.
+
+    Raises:
+        InvalidContextError: not a JSON object of string keys and JSON values, non-finite
+            numbers, more than 64 KiB encoded, or deeper than 64 levels.
+    """
+
+    __slots__ = ("_digest", "_json")
+
+    _json: bytes
+    _digest: str
+
+    def __init__(self, values: Mapping[str, Any] | None = None, /, **fields: Any) -> None:
+        merged = {**(values or {}), **fields}
+        try:
+            encoded = _json.canonical(merged)
+            # Re-parse so that the stored form is exactly what a policy will see.
+            _json.parse(encoded, max_depth=_json.DEFAULT_MAX_DEPTH)
+        except (_json.StrictJSONError, RecursionError) as exc:
+            raise InvalidContextError(f"caller context: {exc}") from None
+        if len(encoded) > _MAX_CONTEXT_BYTES:
+            raise InvalidContextError(f"caller context exceeds {_MAX_CONTEXT_BYTES} bytes")
+        object.__setattr__(self, "_json", encoded)
+        object.__setattr__(self, "_digest", hashlib.sha256(encoded).hexdigest())
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("CallerContext is immutable")
+
+    @property
+    def json(self) -> bytes:
+        """The canonical JSON encoding (sorted keys, compact)."""
+        return self._json
+
+    @property
+    def digest(self) -> str:
+        """SHA-256 of the canonical encoding."""
+        return self._digest
+
+    def as_dict(self) -> dict[str, Any]:
+        """A fresh, detached decoded copy."""
+        value: dict[str, Any] = _json.parse(self._json, max_depth=_json.DEFAULT_MAX_DEPTH)
+        return value
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """One decoded field (a fresh copy), or ``default``."""
+        return self.as_dict().get(key, default)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CallerContext) and other._json == self._json
+
+    def __hash__(self) -> int:
+        return hash(self._json)
+
+    def __repr__(self) -> str:
+        return f"CallerContext({json.loads(self._json)!r})"
+
+
+EMPTY_CONTEXT: Final = CallerContext()
+
+_CURRENT: contextvars.ContextVar[CallerContext] = contextvars.ContextVar(
+    "gateway_caller_context", default=EMPTY_CONTEXT
+)
+
+
+def current_caller() -> CallerContext:
+    """The caller context in force here (``EMPTY_CONTEXT`` when none was set)."""
+    return _CURRENT.get()
+
+
+@contextlib.contextmanager
+def caller_context(
+    values: Mapping[str, Any] | CallerContext | None = None, /, **fields: Any
+) -> Iterator[CallerContext]:
+    """Set the caller context for the enclosed block (and the tasks and threads it starts).
+
+    A nested block replaces the outer context rather than merging with it, so nothing is
+    inherited by accident.
+
+    Example:
+        >>> with caller_context(subject="alice", roles=["analyst"], tenant="acme"):
+        ...     pass
+    """
+    context = (
+        values
+        if isinstance(values, CallerContext) and not fields
+        else CallerContext(
+            values.as_dict() if isinstance(values, CallerContext) else values, **fields
+        )
+    )
+    token = _CURRENT.set(context)
+    try:
+        yield context
+    finally:
+        _CURRENT.reset(token)

@@ -1,0 +1,103 @@
+"""The policy input document (contract version 1): tool, arguments and caller context."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from typing import Any
+
+from gateway import _json
+from gateway._authorization import Authorization
+from gateway._definition import ToolDefinition
+from gateway.policy._context import CallerContext, current_caller
+
+
+@functools.lru_cache(maxsize=4096)
+def _tool_json(definition: ToolDefinition) -> bytes:
+    # Definitions are immutable and few; their encoding is computed once each.
+    return b"".join(
+        (
+            b'{"description":',
+            json.dumps(definition.description, ensure_ascii=False).encode("utf-8"),
+            b',"input_schema":',
+            _json.canonical(_json.parse(definition.input_schema_json, max_depth=10_000)),
+            b',"name":',
+            json.dumps(definition.name).encode("utf-8"),
+            b"}",
+        )
+    )
+
+
+class InputDocument:
+    """What a policy sees: ``{"tool": ..., "arguments": ..., "context": ...}``.
+
+    Built from a frozen :class:`Authorization` and the caller context in force. The
+    arguments are spliced in as their admitted bytes, so numbers reach the engine exactly.
+    ``digest`` identifies the whole document canonically: member order and insignificant
+    white space in the arguments do not change it; any change of tool, argument value or
+    context field does.
+    """
+
+    __slots__ = ("_arguments", "_canonical_arguments", "_context", "_definition", "_digest")
+
+    def __init__(self, authorization: Authorization, context: CallerContext | None = None):
+        self._definition = authorization.definition
+        self._arguments = authorization.arguments
+        self._context = current_caller() if context is None else context
+        self._canonical_arguments: bytes | None = None
+        self._digest: str | None = None
+
+    @property
+    def definition(self) -> ToolDefinition:
+        """The tool's frozen definition."""
+        return self._definition
+
+    @property
+    def arguments(self) -> bytes:
+        """The admitted argument bytes."""
+        return self._arguments
+
+    @property
+    def context(self) -> CallerContext:
+        """The caller context."""
+        return self._context
+
+    def _canonical_args(self) -> bytes:
+        if self._canonical_arguments is None:
+            self._canonical_arguments = _json.canonical(
+                _json.parse(self._arguments, max_depth=10_000)
+            )
+        return self._canonical_arguments
+
+    @property
+    def digest(self) -> str:
+        """SHA-256 over the canonical tool, arguments and context (computed once)."""
+        if self._digest is None:
+            hasher = hashlib.sha256(_tool_json(self._definition))
+            # NUL never occurs in canonical JSON, so the parts cannot run into each other.
+            hasher.update(b"\0")
+            hasher.update(self._canonical_args())
+            hasher.update(b"\0")
+            hasher.update(self._context.json)
+            self._digest = hasher.hexdigest()
+        return self._digest
+
+    def to_json(self) -> bytes:
+        """The document as JSON bytes, ready to send as ``input``."""
+        return b"".join(
+            (
+                b'{"arguments":',
+                self._canonical_args(),
+                b',"context":',
+                self._context.json,
+                b',"tool":',
+                _tool_json(self._definition),
+                b"}",
+            )
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """A fresh decoded copy (exact numbers as ``Decimal``)."""
+        value: dict[str, Any] = _json.parse(self.to_json(), max_depth=10_000)
+        return value

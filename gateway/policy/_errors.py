@@ -1,0 +1,61 @@
+"""Why a policy engine produced no decision, each with its own stable code.
+
+These are causes sealed inside :class:`gateway.AuthorizationError`; the caller sees only the
+code, never the message. Engine-internal detail (OPA's error body, a regorus message) stays
+on the exception for the audit trail::
+
+    PolicyError (GatewayError)
+    ├── UndefinedDecisionError   the decision document is undefined
+    ├── MalformedDecisionError   it is defined but not a boolean or a decision object
+    ├── EngineUnavailableError   the engine cannot be reached (refused, reset, not loaded)
+    ├── EngineTimeoutError       the engine did not answer within the deadline
+    └── EngineError              the engine answered with an error
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from gateway._authorization import MalformedDecisionError as _CoreMalformed
+from gateway._errors import GatewayError
+
+
+class PolicyError(GatewayError):
+    """A policy evaluation that established no decision."""
+
+    code: ClassVar[str] = "policy_error"
+
+    def __init__(self, message: str, *, detail: str | None = None) -> None:
+        super().__init__(message)
+        #: Engine-internal text for the audit trail only; never shown to callers.
+        self.detail = detail
+
+
+class UndefinedDecisionError(PolicyError):
+    """The decision path is undefined for this input (no rule produced a value)."""
+
+    code: ClassVar[str] = "undefined_decision"
+
+
+class MalformedDecisionError(PolicyError, _CoreMalformed):
+    """The decision is defined but is not ``true``/``false`` or a valid decision object."""
+
+    code: ClassVar[str] = "malformed_decision"
+
+
+class EngineUnavailableError(PolicyError):
+    """The engine could not be reached or has no policy loaded."""
+
+    code: ClassVar[str] = "engine_unavailable"
+
+
+class EngineTimeoutError(PolicyError):
+    """The engine did not answer within the configured deadline."""
+
+    code: ClassVar[str] = "engine_timeout"
+
+
+class EngineError(PolicyError):
+    """The engine answered with an error (for OPA: a non-200 status)."""
+
+    code: ClassVar[str] = "engine_error"
