@@ -114,7 +114,7 @@ class Guard:
         result: object = None
         try:
             result = await self._authorizer.authorize(authorization)
-        except Exception as exc:  # every policy error is "no decision"
+        except Exception as exc:  # noqa: BLE001 - every policy error is "no decision"
             cause = exc
         # Raised outside the except block so that nothing is chained into __context__.
         if cause is not None:

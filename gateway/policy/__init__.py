@@ -18,7 +18,16 @@ from gateway.policy._context import (
     caller_context,
     current_caller,
 )
+from gateway.policy._decision import read_decision
 from gateway.policy._document import InputDocument
+from gateway.policy._embedded import EmbeddedEngine, PolicyLoadError, PolicySources
+from gateway.policy._engine import (
+    DEFAULT_DECISION_PATH,
+    EngineAnswer,
+    PolicyAuthorizer,
+    PolicyEngine,
+    normalize_path,
+)
 from gateway.policy._errors import (
     EngineError,
     EngineTimeoutError,
@@ -27,8 +36,10 @@ from gateway.policy._errors import (
     PolicyError,
     UndefinedDecisionError,
 )
+from gateway.policy._rest import OpaRestEngine, OpaRestEngineSync
 
 __all__ = [
+    "DEFAULT_DECISION_PATH",
     "DEFAULT_MAX_TTL",
     "EMPTY_CONTEXT",
     "CacheStats",
@@ -37,14 +48,24 @@ __all__ = [
     "CoalescedEvaluationError",
     "DecisionCache",
     "DecisionFunction",
+    "EmbeddedEngine",
+    "EngineAnswer",
     "EngineError",
     "EngineTimeoutError",
     "EngineUnavailableError",
     "InputDocument",
     "InvalidContextError",
     "MalformedDecisionError",
+    "OpaRestEngine",
+    "OpaRestEngineSync",
+    "PolicyAuthorizer",
+    "PolicyEngine",
     "PolicyError",
+    "PolicyLoadError",
+    "PolicySources",
     "UndefinedDecisionError",
     "caller_context",
     "current_caller",
+    "normalize_path",
+    "read_decision",
 ]

@@ -1,0 +1,427 @@
+"""The OPA server engine: decisions over REST through opa-python-client.
+
+The decision request carries the input document as exact JSON bytes (numbers are never
+rounded through floats), has one hard deadline, and is never retried: a retry would double
+the latency of a failing engine and could evaluate twice. Every transport exception is
+translated in one place (:func:`_translate`) into a :class:`gateway.policy.PolicyError`;
+nothing from aiohttp, requests or OPA's error body reaches a caller.
+
+The policy revision is watched by polling: the active bundle revisions when OPA serves
+bundles, otherwise a digest of the loaded policy modules. A decision cached under an old
+revision stops being served at most ``revision_interval`` + ``timeout`` seconds after OPA
+changed its policy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import urllib.parse
+from collections.abc import Callable, Iterator
+from typing import Any, Final
+
+import aiohttp
+import requests
+from opa_client import AsyncOpaClient, OpaClient
+
+from gateway import _json
+from gateway.policy._decision import normalize
+from gateway.policy._document import InputDocument
+from gateway.policy._engine import EngineAnswer
+from gateway.policy._errors import (
+    EngineError,
+    EngineTimeoutError,
+    EngineUnavailableError,
+    PolicyError,
+)
+
+_MAX_DETAIL: Final = 500
+_JSON_HEADERS: Final = {"Content-Type": "application/json"}
+DEFAULT_TIMEOUT: Final = 1.0
+DEFAULT_REVISION_INTERVAL: Final = 5.0
+
+
+def _parse_url(url: str) -> tuple[str, int, bool]:
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise ValueError(f"OPA URL must be http(s)://host[:port], got {url!r}")
+    if parsed.path not in ("", "/") or parsed.query or parsed.fragment or parsed.username:
+        raise ValueError(f"OPA URL must not carry a path, query or credentials: {url!r}")
+    secure = parsed.scheme == "https"
+    return parsed.hostname, parsed.port or (443 if secure else 8181), secure
+
+
+# -- I/O-free logic shared by the async and the sync engine --------------------------------
+
+
+def request_body(document: InputDocument) -> bytes:
+    """``{"input": <document>}`` as bytes, numbers exact."""
+    return b'{"input":' + document.to_json() + b"}"
+
+
+def read_response(status: int, body: bytes, *, revision: str) -> EngineAnswer:
+    """Read OPA's answer to a decision request.
+
+    Raises:
+        EngineError: a non-200 status (OPA's code kept in ``detail``), or a body that is not
+            one JSON object.
+    """
+    try:
+        document = _json.parse(body, max_depth=10_000)
+    except _json.StrictJSONError:
+        document = None
+    if status != 200:
+        code = document.get("code") if isinstance(document, dict) else None
+        message = document.get("message") if isinstance(document, dict) else None
+        raise EngineError(
+            f"OPA answered HTTP {status}",
+            detail=f"{status} {code}: {message}"[:_MAX_DETAIL],
+        )
+    if not isinstance(document, dict):
+        raise EngineError(
+            "OPA answered with a body that is not a JSON object",
+            detail=body[:_MAX_DETAIL].decode("utf-8", "replace"),
+        )
+    decision_id = document.get("decision_id")
+    bundles = _bundle_revision(document.get("provenance"))
+    answer_revision = bundles or revision
+    if "result" not in document:
+        return EngineAnswer(
+            defined=False,
+            decision_id=decision_id if isinstance(decision_id, str) else None,
+            revision=answer_revision,
+        )
+    return EngineAnswer(
+        defined=True,
+        value=normalize(document["result"]),
+        decision_id=decision_id if isinstance(decision_id, str) else None,
+        revision=answer_revision,
+    )
+
+
+def _bundle_revision(provenance: Any) -> str | None:
+    if not isinstance(provenance, dict):
+        return None
+    bundles = provenance.get("bundles")
+    if not isinstance(bundles, dict) or not bundles:
+        return None
+    parts = []
+    for name in sorted(bundles):
+        entry = bundles[name]
+        revision = entry.get("revision") if isinstance(entry, dict) else None
+        parts.append(f"{name}={revision}")
+    return "bundles:" + ",".join(parts)
+
+
+def revision_from(bundles_body: bytes, policies_body: bytes | None) -> str:
+    """The revision: active bundle revisions, else a digest of the loaded policy modules."""
+    try:
+        bundles = json.loads(bundles_body).get("result")
+    except (ValueError, AttributeError):
+        bundles = None
+    if isinstance(bundles, dict) and bundles:
+        parts = []
+        for name in sorted(bundles):
+            manifest = bundles[name].get("manifest", {}) if isinstance(bundles[name], dict) else {}
+            parts.append(f"{name}={manifest.get('revision', '')}")
+        return "bundles:" + ",".join(parts)
+    hasher = hashlib.sha256()
+    try:
+        policies = json.loads(policies_body or b"{}").get("result", [])
+    except (ValueError, AttributeError):
+        policies = []
+    for policy in sorted(policies, key=lambda item: str(item.get("id", ""))):
+        hasher.update(str(policy.get("id", "")).encode() + b"\0")
+        hasher.update(str(policy.get("raw", "")).encode() + b"\0")
+    return "policies:" + hasher.hexdigest()[:16]
+
+
+@contextlib.contextmanager
+def _translate(timeout: float) -> Iterator[None]:
+    # The one boundary where foreign exceptions become ours.
+    try:
+        yield
+    except PolicyError:
+        raise
+    except (TimeoutError, aiohttp.ServerTimeoutError, requests.Timeout):
+        raise EngineTimeoutError(f"OPA did not answer within {timeout} s") from None
+    except (aiohttp.ClientResponseError, aiohttp.ContentTypeError) as exc:
+        raise EngineError(
+            "OPA answered an invalid response", detail=str(exc)[:_MAX_DETAIL]
+        ) from None
+    except (aiohttp.ClientError, requests.ConnectionError, ConnectionError, OSError) as exc:
+        raise EngineUnavailableError(
+            "OPA is unreachable", detail=f"{type(exc).__name__}: {exc}"[:_MAX_DETAIL]
+        ) from None
+    except (requests.RequestException, ValueError) as exc:
+        raise EngineError(
+            "OPA request failed", detail=f"{type(exc).__name__}: {exc}"[:_MAX_DETAIL]
+        ) from None
+
+
+# -- the async engine -----------------------------------------------------------------------
+
+
+class OpaRestEngine:
+    """Decisions from a real OPA server, over keep-alive HTTP (aiohttp underneath).
+
+    Use as ``async with OpaRestEngine(url) as engine:`` (or :meth:`open`/:meth:`close`).
+
+    Args:
+        url: ``http(s)://host:port`` of the OPA server.
+        timeout: the hard deadline of one decision request, in seconds.
+        token: an optional bearer token for OPA's API.
+        provenance: ask OPA for bundle revisions on every decision (``?provenance=true``).
+        revision_interval: how often the revision watcher polls, in seconds (0: never).
+        on_revision_change: called with the new revision when the watcher sees a change.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        token: str | None = None,
+        provenance: bool = True,
+        revision_interval: float = DEFAULT_REVISION_INTERVAL,
+        on_revision_change: Callable[[str], None] | None = None,
+    ) -> None:
+        host, port, secure = _parse_url(url)
+        if timeout <= 0:
+            raise ValueError("timeout must be positive")
+        self._url = url.rstrip("/")
+        self._timeout = timeout
+        self._provenance = provenance
+        self._interval = revision_interval
+        self._on_change = on_revision_change
+        self._client = AsyncOpaClient(
+            host=host, port=port, ssl=secure, token=token, retries=0, timeout=timeout
+        )
+        self._root = self._client.root_url
+        self._revision = "unknown"
+        self._watcher: asyncio.Task[None] | None = None
+        self._opened = False
+
+    async def open(self) -> OpaRestEngine:
+        """Open the connection pool, read the revision, start the watcher."""
+        if not self._opened:
+            await self._client.__aenter__()
+            self._opened = True
+            with contextlib.suppress(PolicyError):
+                await self.refresh_revision()
+            if self._interval > 0:
+                self._watcher = asyncio.get_running_loop().create_task(self._watch())
+        return self
+
+    async def close(self) -> None:
+        """Stop the watcher and close the pool."""
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
+            self._watcher = None
+        if self._opened:
+            await self._client.close_connection()
+            self._opened = False
+
+    async def __aenter__(self) -> OpaRestEngine:
+        return await self.open()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    @property
+    def identity(self) -> str:
+        """``opa:<url>``."""
+        return f"opa:{self._url}"
+
+    @property
+    def url(self) -> str:
+        """The server URL."""
+        return self._url
+
+    def revision(self) -> str:
+        """The last revision the watcher saw."""
+        return self._revision
+
+    async def _get(self, url: str) -> tuple[int, bytes]:
+        return await self._send("GET", url, None)
+
+    async def _send(self, method: str, url: str, body: bytes | None) -> tuple[int, bytes]:
+        if not self._opened:
+            raise EngineUnavailableError("engine is not open")
+        # The client's own request helper, built with retries=0: never retried.
+        request = self._client._request  # noqa: SLF001 - it owns the pooled session
+        headers = _JSON_HEADERS if body is not None else None
+        with _translate(self._timeout):
+            async with (
+                asyncio.timeout(self._timeout),
+                request(method, url, data=body, headers=headers) as response,
+            ):
+                return response.status, await response.read()
+
+    async def evaluate(self, path: str, document: InputDocument) -> EngineAnswer:
+        """POST the input document to ``/v1/data/<path>`` and read the answer."""
+        url = f"{self._root}/data/{path}"
+        if self._provenance:
+            url += "?provenance=true"
+        status, body = await self._send("POST", url, request_body(document))
+        return read_response(status, body, revision=self._revision)
+
+    async def refresh_revision(self) -> str:
+        """Read the revision from OPA now; notify when it changed."""
+        _, bundles = await self._get(f"{self._root}/data/system/bundles")
+        policies = None
+        if not _has_bundles(bundles):
+            _, policies = await self._get(f"{self._root}/policies")
+        revision = revision_from(bundles, policies)
+        changed = revision != self._revision
+        self._revision = revision
+        if changed and self._on_change is not None:
+            self._on_change(revision)
+        return revision
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval)
+            with contextlib.suppress(PolicyError):
+                await self.refresh_revision()
+
+    async def healthy(self) -> bool:
+        """Whether OPA answers ``/health`` with 200 (plugins ready included)."""
+        try:
+            status, _ = await self._get(f"{self._url}/health")
+        except PolicyError:
+            return False
+        return status == 200
+
+    async def wait_until_ready(self, within: float = 10.0, *, poll: float = 0.05) -> None:
+        """Wait for ``/health``; raise :class:`EngineUnavailableError` after ``within`` s."""
+        try:
+            async with asyncio.timeout(within):
+                while not await self.healthy():  # noqa: ASYNC110 - polling a remote server
+                    await asyncio.sleep(poll)
+        except TimeoutError:
+            raise EngineUnavailableError(f"OPA at {self._url} not ready after {within} s") from None
+
+    async def put_policy(self, policy_id: str, rego: str) -> None:
+        """Create or replace a policy module, then refresh the revision."""
+        status, body = await self._send(
+            "PUT", f"{self._root}/policies/{urllib.parse.quote(policy_id, safe='')}", rego.encode()
+        )
+        _expect_ok(status, body)
+        await self.refresh_revision()
+
+    async def put_data(self, path: str, value: Any) -> None:
+        """Create or replace a data document at ``path`` (slash-separated)."""
+        status, body = await self._send(
+            "PUT", f"{self._root}/data/{path.strip('/')}", _json.canonical(value)
+        )
+        _expect_ok(status, body)
+
+
+def _has_bundles(body: bytes) -> bool:
+    try:
+        result = json.loads(body).get("result")
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(result, dict) and bool(result)
+
+
+def _expect_ok(status: int, body: bytes) -> None:
+    if status not in (200, 204):
+        raise EngineError(
+            f"OPA answered HTTP {status}", detail=body[:_MAX_DETAIL].decode("utf-8", "replace")
+        )
+
+
+# -- the sync engine ------------------------------------------------------------------------
+
+
+class OpaRestEngineSync:
+    """The blocking twin of :class:`OpaRestEngine` (requests underneath), for sync code.
+
+    ``evaluate`` (async) offloads the blocking request to a worker thread, so the sync
+    engine can also back a :class:`gateway.policy.PolicyAuthorizer`. Its revision is read
+    on demand with :meth:`refresh_revision`.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        token: str | None = None,
+        provenance: bool = True,
+    ) -> None:
+        host, port, secure = _parse_url(url)
+        self._url = url.rstrip("/")
+        self._timeout = timeout
+        self._provenance = provenance
+        self._client = OpaClient(
+            host=host, port=port, ssl=secure, token=token, retries=0, timeout=timeout
+        )
+        self._root = self._client.root_url
+        self._revision = "unknown"
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._client.close_connection()
+
+    def __enter__(self) -> OpaRestEngineSync:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @property
+    def identity(self) -> str:
+        """``opa:<url>``."""
+        return f"opa:{self._url}"
+
+    def revision(self) -> str:
+        """The last revision read."""
+        return self._revision
+
+    def _request(self, method: str, url: str, body: bytes | None = None) -> tuple[int, bytes]:
+        with _translate(self._timeout):
+            session = self._client._session  # noqa: SLF001 - the client's pooled session
+            response = session.request(
+                method,
+                url,
+                data=body,
+                headers=_JSON_HEADERS if body is not None else None,
+                timeout=self._timeout,
+            )
+            return response.status_code, response.content
+
+    def evaluate_sync(self, path: str, document: InputDocument) -> EngineAnswer:
+        """POST the input document and read the answer, blocking."""
+        url = f"{self._root}/data/{path}"
+        if self._provenance:
+            url += "?provenance=true"
+        status, body = self._request("POST", url, request_body(document))
+        return read_response(status, body, revision=self._revision)
+
+    async def evaluate(self, path: str, document: InputDocument) -> EngineAnswer:
+        """:meth:`evaluate_sync` in a worker thread."""
+        return await asyncio.to_thread(self.evaluate_sync, path, document)
+
+    def refresh_revision(self) -> str:
+        """Read the revision from OPA now."""
+        _, bundles = self._request("GET", f"{self._root}/data/system/bundles")
+        policies = None
+        if not _has_bundles(bundles):
+            _, policies = self._request("GET", f"{self._root}/policies")
+        self._revision = revision_from(bundles, policies)
+        return self._revision
+
+    def healthy(self) -> bool:
+        """Whether OPA answers ``/health`` with 200."""
+        try:
+            status, _ = self._request("GET", f"{self._url}/health")
+        except PolicyError:
+            return False
+        return status == 200
