@@ -1,0 +1,25 @@
+"""The tamper-evident audit trail: records, masking, sinks, hash chain, verification."""
+
+from gateway.audit._chain import GENESIS, VerifyResult, head_path, record_hash, trail_files, verify
+from gateway.audit._mask import DEFAULT_MASKED_KEYS, Masker
+from gateway.audit._sinks import AuditSink, AuditWriteError, FsyncPolicy, JsonlFileSink, MemorySink
+from gateway.audit._trail import AuditedTool, AuditingAuthorizer, AuditTrail
+
+__all__ = [
+    "DEFAULT_MASKED_KEYS",
+    "GENESIS",
+    "AuditSink",
+    "AuditTrail",
+    "AuditWriteError",
+    "AuditedTool",
+    "AuditingAuthorizer",
+    "FsyncPolicy",
+    "JsonlFileSink",
+    "Masker",
+    "MemorySink",
+    "VerifyResult",
+    "head_path",
+    "record_hash",
+    "trail_files",
+    "verify",
+]

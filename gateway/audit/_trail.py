@@ -1,0 +1,322 @@
+"""Audit-or-deny: decision records before the tool runs, outcome records after it.
+
+:meth:`AuditTrail.guard` wraps a tool as ``AuditedTool(Guard(tool, AuditingAuthorizer))``:
+
+- the auditing authorizer asks the real authorizer, then writes the decision record (allow,
+  deny or error) and waits until the sink says it is durable; if that write fails, it
+  raises :class:`AuditWriteError`, which the Guard turns into "no decision" (code
+  ``audit_failed``): the tool does not run;
+- the audited tool writes the outcome record (executed, failed, rejected, cancelled),
+  linked by ``decision_id``; a cancelled call still gets its record, because submitting a
+  record never awaits.
+
+Calls refused before any tool (unknown tool, invalid arguments) are recorded with
+:meth:`AuditTrail.refusal`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import dataclasses
+import datetime
+import hashlib
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from gateway import _json
+from gateway._authorization import Authorization, AuthorizationError, Authorizer, Decision
+from gateway._call import ToolCall
+from gateway._contract import Invocation, Tool
+from gateway._definition import ToolDefinition
+from gateway._failure import Failure, FailureKind
+from gateway._guard import Guard
+from gateway._output import ToolOutput
+from gateway.audit._mask import Masker
+from gateway.audit._sinks import AuditSink, AuditWriteError
+from gateway.policy._context import current_caller
+
+
+@dataclasses.dataclass(slots=True)
+class _Slot:
+    call_id: str | None
+    decision_id: str | None = None
+    result: str | None = None
+
+
+_SLOT: contextvars.ContextVar[_Slot | None] = contextvars.ContextVar(
+    "gateway_audit_slot", default=None
+)
+
+
+def _utc(now: float) -> str:
+    return datetime.datetime.fromtimestamp(now, datetime.UTC).isoformat(timespec="microseconds")
+
+
+class AuditTrail:
+    """Builds and submits audit records to one sink.
+
+    Args:
+        sink: where records go.
+        masker: what to mask (default: :class:`Masker` with the default key names).
+        wall_clock: seconds since the epoch, for record timestamps.
+        timer: a monotonic clock, for latencies.
+        new_id: makes a decision id when the engine gave none.
+    """
+
+    def __init__(
+        self,
+        sink: AuditSink,
+        *,
+        masker: Masker | None = None,
+        wall_clock: Callable[[], float] = time.time,
+        timer: Callable[[], float] = time.perf_counter,
+        new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
+    ) -> None:
+        self._sink = sink
+        self._masker = masker or Masker()
+        self._wall = wall_clock
+        self._timer = timer
+        self._new_id = new_id
+
+    @property
+    def sink(self) -> AuditSink:
+        """The sink records go to."""
+        return self._sink
+
+    def guard(self, tool: Tool, authorizer: Authorizer) -> AuditedTool:
+        """``tool`` behind a Guard whose every decision and outcome is recorded."""
+        return AuditedTool(Guard(tool=tool, authorizer=AuditingAuthorizer(authorizer, self)), self)
+
+    def _base(
+        self, kind: str, definition_name: str, call_id: str | None, decision_id: str
+    ) -> dict[str, Any]:
+        return {
+            "type": kind,
+            "time": _utc(self._wall()),
+            "decision_id": decision_id,
+            "call_id": call_id,
+            "tool": definition_name,
+        }
+
+    def _masked(self, arguments: bytes, found: list[str]) -> tuple[str, Any, Any]:
+        try:
+            value = _json.parse(arguments, max_depth=10_000)
+            digest = hashlib.sha256(_json.canonical(value)).hexdigest()
+            masked_arguments = _json.to_plain(self._masker.mask(value, found))
+        except _json.StrictJSONError:
+            digest = hashlib.sha256(arguments).hexdigest()
+            masked_arguments = None
+        context = _json.to_plain(self._masker.mask(current_caller().as_dict(), found))
+        return digest, masked_arguments, context
+
+    def decision_record(
+        self,
+        authorization: Authorization,
+        *,
+        call_id: str | None,
+        decision: Decision | None,
+        error: BaseException | None,
+        latency: float,
+    ) -> tuple[str, dict[str, Any]]:
+        """The decision record for one authorization, and its decision id."""
+        decision_id = (decision.decision_id if decision else None) or self._new_id()
+        found: list[str] = []
+        digest, arguments, context = self._masked(authorization.arguments, found)
+        record = self._base("decision", authorization.definition.name, call_id, decision_id)
+        if decision is not None:
+            result, code = ("allow", None) if decision.allowed is True else ("deny", "denied")
+        else:
+            result, code = "error", str(getattr(error, "code", "no_decision"))
+        record.update(
+            {
+                "arguments_digest": digest,
+                "arguments": arguments,
+                "context": context,
+                "result": result,
+                "code": code,
+                "message": decision.message if decision else None,
+                "reasons": list(decision.reasons) if decision else [],
+                "detail": _detail(error),
+                "revision": decision.revision if decision else None,
+                "engine": decision.engine if decision else None,
+                "cached": decision.cached if decision else False,
+                "latency_us": round(latency * 1e6),
+            }
+        )
+        return decision_id, self._masker.scrub(record, found)
+
+    def outcome_record(
+        self,
+        definition: ToolDefinition,
+        *,
+        call_id: str | None,
+        decision_id: str | None,
+        outcome: str,
+        code: str | None,
+        latency: float,
+        message: str | None = None,
+    ) -> dict[str, Any]:
+        """The outcome record of one call."""
+        record = self._base("outcome", definition.name, call_id, decision_id or self._new_id())
+        record.update(
+            {
+                "outcome": outcome,
+                "code": code,
+                "message": message,
+                "latency_us": round(latency * 1e6),
+            }
+        )
+        return record
+
+    def refusal(self, call: ToolCall, *, code: str, message: str) -> asyncio.Future[dict[str, Any]]:
+        """Record a call refused before any tool ran (unknown tool, invalid arguments).
+
+        The arguments are not recorded (they may be anything); their digest is.
+        """
+        raw = (
+            call.arguments.encode("utf-8", "surrogatepass")
+            if isinstance(call.arguments, str)
+            else bytes(call.arguments)
+        )
+        found: list[str] = []
+        context = _json.to_plain(self._masker.mask(current_caller().as_dict(), found))
+        record = {
+            "type": "outcome",
+            "time": _utc(self._wall()),
+            "decision_id": self._new_id(),
+            "call_id": call.id if isinstance(call.id, str) else None,
+            "tool": call.name if isinstance(call.name, str) else None,
+            "arguments_digest": hashlib.sha256(raw).hexdigest(),
+            "context": context,
+            "outcome": "invalid",
+            "code": code,
+            "message": message,
+            "latency_us": 0,
+        }
+        return asyncio.wrap_future(self._sink.submit(self._masker.scrub(record, found)))
+
+    @property
+    def timer(self) -> Callable[[], float]:
+        """The latency clock."""
+        return self._timer
+
+
+def _detail(error: BaseException | None) -> str | None:
+    if error is None:
+        return None
+    detail = getattr(error, "detail", None)
+    text = f"{type(error).__name__}: {error}" + (f" ({detail})" if detail else "")
+    return text[:1000]
+
+
+class AuditingAuthorizer:
+    """Asks the inner authorizer, then writes the decision record before answering.
+
+    If the record cannot be written, it raises :class:`AuditWriteError` whatever the
+    decision was, so the Guard denies (code ``audit_failed``).
+    """
+
+    def __init__(self, inner: Authorizer, trail: AuditTrail) -> None:
+        self._inner = inner
+        self._trail = trail
+
+    async def authorize(self, authorization: Authorization) -> bool | Decision:
+        """Decide, record, then answer (with the decision id filled in)."""
+        slot = _SLOT.get()
+        started = self._trail.timer()
+        error: Exception | None = None
+        decision: Decision | None = None
+        result: object = None
+        try:
+            result = await self._inner.authorize(authorization)
+        except Exception as exc:  # noqa: BLE001 - recorded, then re-raised for the Guard to seal
+            error = exc
+        if result is True or result is False:
+            decision = Decision(allowed=result)
+        elif isinstance(result, Decision) and result.well_formed():
+            decision = result
+        elif error is None:
+            error = _MalformedDecisionError(f"authorizer returned {type(result).__name__}")
+        decision_id, record = self._trail.decision_record(
+            authorization,
+            call_id=slot.call_id if slot else None,
+            decision=decision,
+            error=error,
+            latency=self._trail.timer() - started,
+        )
+        if slot is not None:
+            slot.decision_id = decision_id
+            slot.result = record["result"]
+        try:
+            await asyncio.wrap_future(self._trail.sink.submit(record))
+        except AuditWriteError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any sink failure is an audit failure
+            raise AuditWriteError(f"audit write failed: {type(exc).__name__}") from None
+        if error is not None:
+            raise error
+        assert decision is not None  # noqa: S101 - exhaustive above
+        return dataclasses.replace(decision, decision_id=decision_id)
+
+
+class _MalformedDecisionError(Exception):
+    code = "malformed_decision"
+
+
+class AuditedTool:
+    """Writes the outcome record of every call of the wrapped (guarded) tool."""
+
+    def __init__(self, inner: Tool, trail: AuditTrail) -> None:
+        self._inner = inner
+        self._trail = trail
+        self._definition = inner.definition()
+
+    def definition(self) -> ToolDefinition:
+        """The inner definition, taken once."""
+        return self._definition
+
+    def unwrap(self) -> Tool:
+        """The inner tool."""
+        return self._inner
+
+    async def call(self, invocation: Invocation) -> ToolOutput:
+        """Run the inner tool and record what happened, whatever happened."""
+        slot = _Slot(invocation.call_id)
+        token = _SLOT.set(slot)
+        started = self._trail.timer()
+        outcome, code, message = "executed", None, None
+        try:
+            return await self._inner.call(invocation)
+        except asyncio.CancelledError:
+            outcome, code = "cancelled", "cancelled"
+            raise
+        except Failure as failure:
+            outcome = failure.kind.value
+            if failure.kind is FailureKind.REJECTED:
+                code = "denied" if slot.result == "deny" else "tool_rejected"
+            else:
+                code = "tool_failed"
+            message = failure.output.text()
+            raise
+        except AuthorizationError as exc:
+            outcome, code = "rejected", exc.code
+            raise
+        except Exception:
+            outcome, code = "failed", "tool_error"
+            raise
+        finally:
+            _SLOT.reset(token)
+            record = self._trail.outcome_record(
+                self._definition,
+                call_id=invocation.call_id,
+                decision_id=slot.decision_id,
+                outcome=outcome,
+                code=code,
+                message=message,
+                latency=self._trail.timer() - started,
+            )
+            # Submitted, not awaited: a cancelled call must still get its record.
+            self._trail.sink.submit(record)
