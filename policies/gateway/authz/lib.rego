@@ -7,35 +7,45 @@
 package gateway.authz.lib
 
 # Policy configuration, loaded from policies/data.json ("gateway" -> "config").
-config := data.gateway.config if is_object(data.gateway.config)
-else := {}
+config := data.gateway.config if {
+	is_object(data.gateway.config)
+} else := {}
 
 # Tool settings by tool name.
-tools := config.tools if is_object(config.tools)
-else := {}
+tools := config.tools if {
+	is_object(config.tools)
+} else := {}
 
 # Role definitions by role name.
-role_defs := config.roles if is_object(config.roles)
-else := {}
+role_defs := config.roles if {
+	is_object(config.roles)
+} else := {}
 
 # Known tenants by tenant id.
-tenants := config.tenants if is_object(config.tenants)
-else := {}
+tenants := config.tenants if {
+	is_object(config.tenants)
+} else := {}
 
 # Tenant-owned resources: resource kind -> resource id -> owning tenant.
-resources := config.resources if is_object(config.resources)
-else := {}
+resources := config.resources if {
+	is_object(config.resources)
+} else := {}
 
 # True when the caller supplied a context object.
 context_present if is_object(input.context)
 
 # Caller-owned context; {} when missing or malformed.
-ctx := input.context if context_present
-else := {}
+ctx := input.context if {
+	context_present
+} else := {}
+
+# True when the request carries an arguments object.
+arguments_present if is_object(input.arguments)
 
 # The validated tool arguments; {} when missing or malformed.
-arguments := input.arguments if is_object(input.arguments)
-else := {}
+arguments := input.arguments if {
+	is_object(input.arguments)
+} else := {}
 
 # The tool name, when it is a non-empty string.
 tool_name := input.tool.name if {
@@ -53,8 +63,9 @@ subject := ctx.subject if {
 }
 
 # The caller's roles: the string members of context.roles.
-roles := [r | some r in ctx.roles; is_string(r)] if is_array(ctx.roles)
-else := []
+roles := [r | some r in ctx.roles; is_string(r)] if {
+	is_array(ctx.roles)
+} else := []
 
 # Tenant ids are lowercase slugs; this also makes them safe to splice into paths.
 tenant_pattern := `^[a-z0-9][a-z0-9_-]{0,62}$`
@@ -70,15 +81,25 @@ tenant := ctx.tenant if {
 caller_role_defs := [def | some r in roles; def := role_defs[r]; is_object(def)]
 
 # string_list(x) is the string members of x when x is an array, else [].
-string_list(x) := [s | some s in x; is_string(s)] if is_array(x)
-else := []
+string_list(x) := [s | some s in x; is_string(s)] if {
+	is_array(x)
+} else := []
 
 # setting(name, fallback) is the called tool's setting, or fallback when unset (null counts as unset).
-setting(name, fallback) := object.get(tool, name, fallback) if object.get(tool, name, null) != null
-else := fallback
+setting(name, fallback) := object.get(tool, name, fallback) if {
+	object.get(tool, name, null) != null
+} else := fallback
 
 # missing(name) holds when the argument is absent or null.
 missing(name) if object.get(arguments, name, null) == null
+
+# arg_is_string(name) holds when the argument is present and a string.
+# Use "not lib.arg_is_string(name)" rather than "not is_string(lib.arguments[name])":
+# OPA and regorus disagree on "not" over a builtin call whose argument is undefined.
+arg_is_string(name) if is_string(arguments[name])
+
+# arg_is_number(name) holds when the argument is present and a number.
+arg_is_number(name) if is_number(arguments[name])
 
 # has_control(s) holds when the string has ASCII control characters (including NUL and DEL).
 has_control(s) if regex.match(`[\x00-\x1F\x7F]`, s)

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Policy CI gate for the Rego library in this directory.
+#
+# Usage: policies/check.sh [path/to/opa]     (or set OPA_BIN; falls back to `opa` on PATH)
+#        MIN_COVERAGE=90 by default.
+#
+# Runs, and fails if any of them fails:
+#   1. opa test -v           every test passes
+#   2. opa test --coverage   overall coverage >= MIN_COVERAGE (printed)
+#   3. opa fmt --list        prints nothing (all files formatted)
+#   4. opa check --strict    clean
+set -euo pipefail
+
+opa="${1:-${OPA_BIN:-}}"
+if [[ -z "${opa}" ]]; then
+	opa="$(command -v opa || true)"
+fi
+if [[ -z "${opa}" || ! -x "${opa}" ]]; then
+	echo "check.sh: no executable opa binary (pass its path as \$1 or set OPA_BIN)" >&2
+	exit 2
+fi
+
+min_coverage="${MIN_COVERAGE:-90}"
+policy_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+failed=0
+
+echo "== opa version"
+"${opa}" version | head -n 1
+
+echo "== opa test -v ${policy_dir}"
+if ! "${opa}" test "${policy_dir}" -v; then
+	echo "FAIL: opa test" >&2
+	failed=1
+fi
+
+echo "== opa test --coverage"
+report="$(mktemp)"
+trap 'rm -f "${report}"' EXIT
+if "${opa}" test "${policy_dir}" --coverage --format=json >"${report}"; then
+	coverage="$("${opa}" eval --stdin-input --format=raw 'input.coverage' <"${report}")"
+	echo "coverage: ${coverage}% (minimum ${min_coverage}%)"
+	if ! awk -v c="${coverage}" -v m="${min_coverage}" 'BEGIN { exit !(c + 0 >= m + 0) }'; then
+		echo "FAIL: coverage ${coverage}% is below ${min_coverage}%" >&2
+		failed=1
+	fi
+else
+	echo "FAIL: opa test --coverage" >&2
+	failed=1
+fi
+
+echo "== opa fmt --list"
+unformatted="$("${opa}" fmt --list "${policy_dir}")" || failed=1
+if [[ -n "${unformatted}" ]]; then
+	echo "${unformatted}"
+	echo "FAIL: files need 'opa fmt -w'" >&2
+	failed=1
+fi
+
+echo "== opa check --strict"
+if ! "${opa}" check --strict "${policy_dir}"; then
+	echo "FAIL: opa check --strict" >&2
+	failed=1
+fi
+
+if [[ "${failed}" -ne 0 ]]; then
+	echo "policy checks FAILED" >&2
+	exit 1
+fi
+echo "policy checks passed"

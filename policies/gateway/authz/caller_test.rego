@@ -1,0 +1,86 @@
+package gateway.authz.caller_test
+
+import data.gateway.authz
+import data.gateway.authz.fixtures_test as fx
+
+add_tool := {"name": "add", "description": "", "input_schema": {}}
+
+test_valid_context_allowed if {
+	fx.allowed(fx.as_role("reader", "add", {}))
+}
+
+test_missing_context_denied if {
+	d := authz.decision with input as {"tool": add_tool, "arguments": {}}
+	d.message == "caller identity is required"
+	fx.has_reason(d, "caller: input.context is missing or is not an object")
+	fx.has_reason(d, "caller: context.subject is missing")
+}
+
+test_empty_context_denied if {
+	d := authz.decision with input as {"tool": add_tool, "arguments": {}, "context": {}}
+	d.message == "caller identity is required"
+	fx.has_reason(d, "caller: context.subject is missing, blank or not a string")
+	not fx.has_reason(d, "input.context is missing")
+}
+
+test_non_object_context_denied if {
+	every ctx in ["alice", ["alice"], 1, true, null] {
+		d := authz.decision with input as {"tool": add_tool, "arguments": {}, "context": ctx}
+		d.message == "caller identity is required"
+		fx.has_reason(d, "caller: input.context is missing or is not an object")
+	}
+}
+
+test_bad_subject_denied if {
+	every subject in ["", "   ", 42, null, ["alice"], {"id": "alice"}, false] {
+		d := fx.decide("add", {}, {"subject": subject, "roles": ["reader"], "tenant": "acme"})
+		d.message == "caller identity is required"
+		fx.has_reason(d, "context.subject is missing, blank or not a string")
+	}
+}
+
+test_subject_without_tenant_allowed_for_untenanted_tool if {
+	fx.allowed(fx.decide("add", {}, {"subject": "svc", "roles": ["reader"]}))
+}
+
+test_malformed_roles_denied if {
+	every roles in ["reader", {"reader": true}, ["reader", 1], 7] {
+		d := fx.decide("add", {}, {"subject": "alice", "roles": roles, "tenant": "acme"})
+		d.message == "caller roles are malformed"
+		fx.has_reason(d, "context.roles is present but is not an array of strings")
+	}
+}
+
+test_missing_roles_denied_by_rbac if {
+	d := fx.decide("add", {}, {"subject": "alice", "tenant": "acme"})
+	d.message == "the caller's roles do not permit this tool"
+}
+
+test_unknown_tenant_denied if {
+	every tenant in ["initech", "ACME", "acme/../globex", "", 3, ["acme"]] {
+		d := fx.decide("add", {}, fx.context(["reader"], tenant))
+		d.message == "caller tenant is not recognised"
+		fx.has_reason(d, "context.tenant is present but is not a known tenant id")
+	}
+}
+
+test_malformed_tool_name_denied if {
+	every tool in [{}, {"name": ""}, {"name": 5}, "add", null] {
+		d := authz.decision with input as {"tool": tool, "arguments": {}, "context": fx.context(["reader"], "acme")}
+		d.message == "the request is malformed"
+		fx.has_reason(d, "input.tool.name is missing, empty or not a string")
+	}
+}
+
+test_malformed_arguments_denied if {
+	every args in [null, [], "{}", 1] {
+		d := authz.decision with input as {"tool": add_tool, "arguments": args, "context": fx.context(["reader"], "acme")}
+		d.message == "the request is malformed"
+		fx.has_reason(d, "input.arguments is missing or is not an object")
+	}
+}
+
+test_missing_arguments_denied if {
+	d := authz.decision with input as {"tool": add_tool, "context": fx.context(["reader"], "acme")}
+	d.message == "the request is malformed"
+}

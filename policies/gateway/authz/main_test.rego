@@ -1,0 +1,126 @@
+package gateway.authz.main_test
+
+import data.gateway.authz
+import data.gateway.authz.fixtures_test as fx
+
+test_allowed_decision_shape if {
+	d := fx.as_role("reader", "add", {"query": "q"})
+	d == {
+		"allow": true,
+		"message": "the call is authorized",
+		"reasons": ["rbac: tool \"add\" granted by role(s) reader"],
+		"cache": {"ttl_s": 60},
+	}
+}
+
+test_granting_roles_listed_sorted if {
+	d := fx.decide("add", {}, fx.context(["writer", "reader", "operator"], "acme"))
+	d.allow == true
+	d.reasons == ["rbac: tool \"add\" granted by role(s) reader, writer"]
+}
+
+test_default_deny_without_input if {
+	d := authz.decision
+	d.allow == false
+	d.message == "caller identity is required; the request is malformed"
+	is_array(d.reasons)
+	count(d.reasons) > 0
+}
+
+test_empty_input_denied if {
+	d := authz.decision with input as {}
+	d.allow == false
+	fx.has_reason(d, "input.context is missing")
+}
+
+test_decision_is_plain_json if {
+	d := fx.as_role("reader", "read_file", {"path": "/etc/passwd"})
+	is_boolean(d.allow)
+	is_string(d.message)
+	is_array(d.reasons)
+	is_number(d.cache.ttl_s)
+	object.keys(d) == {"allow", "message", "reasons", "cache"}
+}
+
+test_reasons_sorted_and_unique if {
+	d := fx.as_role("writer", "write_file", {"path": "srv/../x//y%2e"})
+	d.allow == false
+	d.reasons == sort(d.reasons)
+	count(d.reasons) == count({r | some r in d.reasons})
+}
+
+test_caller_stage_hides_later_stages if {
+	# No subject and a forbidden tool and a bad path: only the caller message is public.
+	d := fx.decide("write_file", {"path": "/etc/passwd"}, {"roles": ["reader"], "tenant": "acme"})
+	d.message == "caller identity is required"
+	fx.has_reason(d, "rbac: no role")
+	fx.has_reason(d, "paths: path argument")
+}
+
+test_access_stage_hides_argument_stage if {
+	d := fx.as_role("reader", "write_file", {"path": "/etc/passwd"})
+	d.message == "the caller's roles do not permit this tool"
+	fx.has_reason(d, "paths: path argument \"path\" is not inside any allowed root")
+}
+
+test_argument_messages_joined_sorted if {
+	d := fx.as_role("reader", "read_file", {"path": "rel//x"})
+	d.message == "path is not allowed: doubled slashes are not allowed; path is not allowed: it must be absolute"
+}
+
+test_ttl_from_global_setting if {
+	d := fx.as_role("reader", "add", {})
+	d.cache.ttl_s == 60
+}
+
+test_ttl_from_tool_setting if {
+	d := fx.decide("pay", {"amount": 5, "from_account": "acct-acme-001"}, fx.context(["clerk"], "acme"))
+	d.allow == true
+	d.cache.ttl_s == 0
+}
+
+test_ttl_zero_when_unset if {
+	d := fx.as_role("reader", "add", {}) with data.gateway.config.cache_ttl_s as null
+	d.cache.ttl_s == 0
+}
+
+test_ttl_invalid_values_ignored if {
+	every bad in [-1, 1.5, "60", true] {
+		d := fx.as_role("reader", "add", {}) with data.gateway.config.tools.add.cache_ttl_s as bad
+		d.cache.ttl_s == 60
+	}
+}
+
+test_ttl_on_denials if {
+	d := authz.decision with input as {}
+	d.cache.ttl_s == 60
+}
+
+test_default_deny_when_nothing_denies_but_nothing_permits if {
+	# A permitted call still needs rbac.permitted; simulate a stage-less failure.
+	d := fx.as_role("reader", "add", {}) with data.gateway.authz.rbac.permitted as false
+	d.allow == false
+	d.message == "the call is not authorized"
+	d.reasons == ["default deny: no rule allowed the call"]
+}
+
+test_missing_data_denies if {
+	d := fx.decide("add", {}, {"subject": "alice", "roles": ["reader"]}) with data.gateway.config as {}
+	d.allow == false
+	d.message == "this tool is not available"
+}
+
+test_non_object_config_denies if {
+	d := fx.as_role("reader", "add", {}) with data.gateway.config as "broken"
+	d.allow == false
+	d.cache.ttl_s == 0
+}
+
+test_only_true_allows if {
+	every role in ["reader", "writer", "analyst"] {
+		d := fx.as_role(role, "add", {})
+		d.allow == true
+	}
+	d2 := fx.as_role("clerk", "add", {})
+	d2.allow == false
+}

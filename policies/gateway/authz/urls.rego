@@ -1,0 +1,185 @@
+# METADATA
+# title: URL restrictions
+# description: |
+#   For tools of kind "url", every argument listed in "url_args" must be an
+#   absolute URL whose scheme is in "schemes", whose host is in "hosts" (exact)
+#   or under one of "domains" (the domain itself or a subdomain), and whose
+#   explicit port, if any, is in "ports". Userinfo, IP literals (IPv4, IPv6,
+#   decimal, octal and hex integer forms), trailing-dot hosts, backslashes,
+#   whitespace and non-ASCII characters are refused. Scheme and host are
+#   compared lowercased; configure them in lowercase.
+package gateway.authz.urls
+
+import data.gateway.authz.lib
+
+module := "urls"
+
+applies if lib.tool.kind == "url"
+
+url_args := lib.string_list(lib.setting("url_args", []))
+
+schemes := {lower(s) | some s in lib.string_list(lib.setting("schemes", []))}
+
+hosts := {lower(h) | some h in lib.string_list(lib.setting("hosts", []))}
+
+domains := {lower(d) | some d in lib.string_list(lib.setting("domains", []))}
+
+port_list := lib.setting("ports", []) if {
+	is_array(lib.setting("ports", []))
+} else := []
+
+# Allowed explicit ports as canonical decimal strings (so "0443" never matches 443).
+ports := {format_int(p, 10) | some p in port_list; is_number(p)}
+
+max_length := lib.setting("max_length", 2048)
+
+url_pattern := `^([a-zA-Z][a-zA-Z0-9+.-]*)://([^/?#]*)(.*)$`
+
+# The string-valued URL arguments, by argument name.
+values[name] := u if {
+	applies
+	some name in url_args
+	u := lib.arguments[name]
+	is_string(u)
+}
+
+# URLs made only of printable ASCII without spaces or backslashes.
+clean[name] := u if {
+	some name, u in values
+	regex.match(`^[\x21-\x5B\x5D-\x7E]+$`, u)
+}
+
+# The components of clean URLs, by argument name.
+parsed[name] := {"scheme": lower(m[1]), "authority": m[2]} if {
+	some name, u in clean
+	some m in regex.find_all_string_submatch_n(url_pattern, u, 1)
+}
+
+# Authorities that carry no userinfo and no bracketed (IPv6) literal, split at ':'.
+hostports[name] := split(c.authority, ":") if {
+	some name, c in parsed
+	not contains(c.authority, "@")
+	not startswith(c.authority, "[")
+}
+
+# Hosts (lowercased) of authorities with at most one ':'.
+host_of[name] := lower(parts[0]) if {
+	some name, parts in hostports
+	count(parts) <= 2
+}
+
+# Explicit ports, by argument name.
+port_of[name] := parts[1] if {
+	some name, parts in hostports
+	count(parts) == 2
+}
+
+label := `[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?`
+
+dns_syntax(host) if regex.match(concat("", ["^", label, `(\.`, label, ")*$"]), host)
+
+# ip_like(host) holds for hosts that resolvers may read as an IP address:
+# a numeric last label (1.2.3.4, 127.1, 2130706433, 0177.0.0.1) or a hex label (0x7f000001).
+ip_like(host) if regex.match(`(^|\.)[0-9]+$`, host)
+
+ip_like(host) if regex.match(`(^|\.)0x[0-9a-f]*(\.|$)`, host)
+
+host_allowed(host) if host in hosts
+
+host_allowed(host) if host in domains
+
+host_allowed(host) if {
+	some d in domains
+	d != ""
+	endswith(host, concat("", [".", d]))
+}
+
+deny contains lib.denial(module, lib.misconfigured, "url tool has no url_args") if {
+	applies
+	count(url_args) == 0
+}
+
+deny contains lib.denial(module, "a required argument is missing", sprintf("url argument \"%s\" is missing", [name])) if {
+	applies
+	some name in url_args
+	lib.missing(name)
+}
+
+deny contains lib.denial(module, "URL is not allowed: it must be a string", sprintf("url argument \"%s\" is not a string", [name])) if {
+	applies
+	some name in url_args
+	not lib.missing(name)
+	not lib.arg_is_string(name)
+}
+
+deny contains lib.denial(module, "URL is not allowed: it is too long", sprintf("url argument \"%s\" is longer than %d characters", [name, max_length])) if {
+	some name, u in values
+	is_number(max_length)
+	count(u) > max_length
+}
+
+deny contains lib.denial(module, "URL is not allowed: it contains whitespace, control, backslash or non-ASCII characters", sprintf("url argument \"%s\" has characters outside printable ASCII, or a backslash", [name])) if {
+	some name, u in values
+	not clean[name]
+}
+
+deny contains lib.denial(module, "URL is not allowed: it is malformed", sprintf("url argument \"%s\" is not an absolute URL (scheme://authority...)", [name])) if {
+	some name, _ in clean
+	not parsed[name]
+}
+
+deny contains lib.denial(module, "URL is not allowed: the scheme is not allowed", sprintf("url argument \"%s\" has scheme \"%s\", not in the allowed schemes", [name, c.scheme])) if {
+	some name, c in parsed
+	not c.scheme in schemes
+}
+
+deny contains lib.denial(module, "URL is not allowed: credentials (user@host) are not allowed", sprintf("url argument \"%s\" has userinfo ('@') in its authority", [name])) if {
+	some name, c in parsed
+	contains(c.authority, "@")
+}
+
+deny contains lib.denial(module, "URL is not allowed: IP address hosts are not allowed", sprintf("url argument \"%s\" has a bracketed IP literal host", [name])) if {
+	some name, c in parsed
+	not contains(c.authority, "@")
+	startswith(c.authority, "[")
+}
+
+deny contains lib.denial(module, "URL is not allowed: it is malformed", sprintf("url argument \"%s\" has more than one ':' in its authority", [name])) if {
+	some name, parts in hostports
+	count(parts) > 2
+}
+
+deny contains lib.denial(module, "URL is not allowed: it is malformed", sprintf("url argument \"%s\" has an empty host", [name])) if {
+	some name, host in host_of
+	host == ""
+}
+
+deny contains lib.denial(module, "URL is not allowed: hosts ending with '.' are not allowed", sprintf("url argument \"%s\" has a host with a trailing dot", [name])) if {
+	some name, host in host_of
+	endswith(host, ".")
+}
+
+deny contains lib.denial(module, "URL is not allowed: the host is not a valid DNS name", sprintf("url argument \"%s\" has a host that is not a valid DNS name", [name])) if {
+	some name, host in host_of
+	host != ""
+	not endswith(host, ".")
+	not dns_syntax(host)
+}
+
+deny contains lib.denial(module, "URL is not allowed: IP address hosts are not allowed", sprintf("url argument \"%s\" has a host that is an IP address or integer form (%s)", [name, host])) if {
+	some name, host in host_of
+	dns_syntax(host)
+	ip_like(host)
+}
+
+deny contains lib.denial(module, "URL is not allowed: the host is not allowed", sprintf("url argument \"%s\" has host \"%s\", not in the allowed hosts or domains", [name, host])) if {
+	some name, host in host_of
+	dns_syntax(host)
+	not ip_like(host)
+	not host_allowed(host)
+}
+
+deny contains lib.denial(module, "URL is not allowed: the port is not allowed", sprintf("url argument \"%s\" has port \"%s\", not in the allowed ports", [name, port])) if {
+	some name, port in port_of
+	not port in ports
+}
