@@ -1,5 +1,5 @@
 # The two entry points of the README. Each one sets up everything it needs, idempotently.
-#   make demo   runs the example on the embedded default (no OPA server needed)
+#   make demo   serves examples/gateway.toml on the embedded engine (no OPA server needed)
 #   make check  provisions a real OPA, then runs lint, types, policy tests and the test suite
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo check setup lint typecheck test policy-test clean
+.PHONY: demo quickstart check setup lint typecheck test policy-test clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,6 +18,9 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 demo: $(STAMP)
+	$(BIN)/gateway serve --config examples/gateway.toml
+
+quickstart: $(STAMP)
 	$(BIN)/python examples/quickstart.py
 
 lint: $(STAMP)

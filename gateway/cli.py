@@ -1,14 +1,15 @@
-"""The ``gateway`` command line: offline checks and audit verification.
+"""The ``gateway`` command line: serve, check one call, verify an audit trail.
 
-``gateway audit verify PATH...`` exits 0 on an intact trail and 1 naming the first bad
-record; ``gateway check`` evaluates one call against a policy directory and prints the
-decision. Every command has ``--help``.
+``gateway serve`` runs the HTTP service; ``gateway check`` takes one call through admission
+and policy without running it; ``gateway audit verify PATH...`` exits 0 on an intact trail
+and 1 naming the first bad record. Every command has ``--help``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import json
 import sys
 from collections.abc import Sequence
@@ -16,17 +17,26 @@ from pathlib import Path
 
 from gateway import _json
 from gateway._authorization import Authorization
-from gateway._definition import ToolDefinition
-from gateway._errors import GatewayError
+from gateway._call import ToolCall
+from gateway._errors import GatewayError, InvalidInvocationError
+from gateway._registry import Registry
 from gateway.audit import head_path, trail_files, verify
 from gateway.policy import (
-    DEFAULT_DECISION_PATH,
     CallerContext,
-    EmbeddedEngine,
+    OpaRestEngine,
     PolicyAuthorizer,
     PolicyError,
     caller_context,
 )
+from gateway.server import ConfigError, build_engine, build_service, expand, load_config, load_tools
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("gateway")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -54,47 +64,94 @@ def _load_json(text: str, what: str) -> object:
     try:
         return _json.to_plain(_json.parse(text.encode("utf-8"), max_depth=64))
     except _json.StrictJSONError as exc:
-        raise SystemExit(f"gateway check: {what} is not valid JSON: {exc}") from None
+        raise _UsageError(f"{what} is not valid JSON: {exc}") from None
+
+
+class _UsageError(Exception):
+    pass
+
+
+async def _decide(args: argparse.Namespace) -> tuple[int, dict[str, object]]:
+    config = load_config(args.config)
+    tools = Registry(*expand(load_tools(config)))
+    binding = tools.resolve(args.tool)
+    if binding is None:
+        return EXIT_USAGE, {
+            "allow": False,
+            "code": "unknown_tool",
+            "message": f"unknown tool {args.tool!r}",
+        }
+    try:
+        invocation = binding.prepare(ToolCall("check", args.tool, args.arguments))
+    except InvalidInvocationError as exc:
+        return EXIT_USAGE, {"allow": False, "code": "invalid_arguments", "message": str(exc)}
+    context = _load_json(args.context, "--context") if args.context else {}
+    if not isinstance(context, dict):
+        raise _UsageError("--context must be a JSON object")
+    engine = build_engine(config)
+    if isinstance(engine, OpaRestEngine):
+        await engine.open()
+    try:
+        authorizer = PolicyAuthorizer(engine, path=config.engine.decision_path)
+        with caller_context(CallerContext(context)):
+            decision = await authorizer.authorize(
+                Authorization(binding.definition, invocation.arguments)
+            )
+    except PolicyError as exc:
+        return EXIT_USAGE, {
+            "allow": False,
+            "code": exc.code,
+            "message": "no policy decision",
+            "detail": exc.detail,
+        }
+    finally:
+        if isinstance(engine, OpaRestEngine):
+            await engine.close()
+    answer: dict[str, object] = {
+        "allow": decision.allowed,
+        "code": "ok" if decision.allowed else "denied",
+        "message": decision.message,
+        "reasons": list(decision.reasons),
+        "decision_id": decision.decision_id,
+        "revision": decision.revision,
+        "cache_ttl": decision.cache_ttl,
+    }
+    return (EXIT_OK if decision.allowed else EXIT_FAILED), answer
 
 
 def _check(args: argparse.Namespace) -> int:
-    schema = _load_json(args.schema, "--schema") if args.schema else {"type": "object"}
-    context = _load_json(args.context, "--context") if args.context else {}
-    if not isinstance(context, dict):
-        raise SystemExit("gateway check: --context must be a JSON object")
-    arguments = args.arguments.encode("utf-8")
     try:
-        _json.parse(arguments, max_depth=64)
-        definition = ToolDefinition(args.tool, schema, args.description or "")
-        engine = EmbeddedEngine.from_directory(args.policies, warm_up_path=args.path)
-        authorizer = PolicyAuthorizer(engine, path=args.path)
-    except (GatewayError, _json.StrictJSONError, ValueError) as exc:
+        status, answer = asyncio.run(_decide(args))
+    except (ConfigError, _UsageError) as exc:
         print(f"gateway check: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    print(json.dumps(answer, indent=2))
+    return status
 
-    async def decide() -> dict[str, object]:
-        with caller_context(CallerContext(context)):
-            decision = await authorizer.authorize(Authorization(definition, arguments))
-        return {
-            "allow": decision.allowed,
-            "message": decision.message,
-            "reasons": list(decision.reasons),
-            "cache_ttl": decision.cache_ttl,
-            "revision": decision.revision,
-        }
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn  # noqa: PLC0415 - only the serve command needs the server
 
     try:
-        answer = asyncio.run(decide())
-    except PolicyError as exc:
-        print(json.dumps({"allow": False, "error": exc.code, "detail": exc.detail}))
-        return EXIT_FAILED
-    print(json.dumps(answer, indent=2))
-    return EXIT_OK if answer["allow"] else EXIT_FAILED
+        config = load_config(args.config)
+        service = build_service(config)
+    except (ConfigError, GatewayError) as exc:
+        print(f"gateway serve: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    host = args.host or config.server.host
+    port = args.port if args.port is not None else config.server.port
+    print(
+        f"gateway: serving {len(service.gateway.definitions())} tools on http://{host}:{port}",
+        file=sys.stderr,
+    )
+    uvicorn.run(service.app, host=host, port=port, log_level=args.log_level, access_log=False)
+    return EXIT_OK
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``gateway`` command."""
     parser = argparse.ArgumentParser(prog="gateway", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"gateway {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     audit = commands.add_parser("audit", help="work with audit trails")
@@ -121,17 +178,24 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = commands.add_parser(
         "check",
-        help="evaluate one call against a policy directory (embedded engine)",
-        description="Print the decision for one tool call; exit 0 if allowed, 1 if not.",
+        help="one call through admission and policy, without running the tool",
+        description="Print the decision for one tool call as JSON; exit 0 if allowed, 1 if "
+        "denied, 2 for an invalid call or no decision.",
     )
-    check.add_argument("--policies", required=True, help="policy directory (*.rego, data.json)")
+    check.add_argument("--config", required=True, help="the service's TOML configuration")
     check.add_argument("--tool", required=True, help="tool name")
-    check.add_argument("--arguments", default="{}", help="the call's arguments (JSON object)")
-    check.add_argument("--context", help="caller context (JSON object)")
-    check.add_argument("--schema", help="the tool's input schema (JSON object)")
-    check.add_argument("--description", help="the tool's description")
-    check.add_argument("--path", default=DEFAULT_DECISION_PATH, help="decision path")
+    check.add_argument("--arguments", default="{}", help="the call's arguments (JSON text)")
+    check.add_argument("--context", help='caller context (JSON object), e.g. {"subject": "alice"}')
     check.set_defaults(handler=_check)
+
+    serve = commands.add_parser(
+        "serve", help="run the HTTP service", description="Serve the HTTP API from a TOML config."
+    )
+    serve.add_argument("--config", required=True, help="the service's TOML configuration")
+    serve.add_argument("--host", help="listen address (default: server.host)")
+    serve.add_argument("--port", type=int, help="listen port (default: server.port)")
+    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    serve.set_defaults(handler=_serve)
     return parser
 
 

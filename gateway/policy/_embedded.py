@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import threading
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -224,6 +225,9 @@ class EmbeddedEngine:
             engine = self._engine()
             engine.set_input_json(document.to_json().decode("utf-8"))
             value = engine.eval_rule(rule)
+            # eval_rule answers None both for undefined and for a rule whose value is null;
+            # only the JSON form tells them apart (OPA reads null as a defined value).
+            defined = value is not None or engine.eval_rule_as_json(rule) == "null"
         except BaseException as exc:
             # pyo3 panics are BaseExceptions; they are engine errors, not control flow.
             if _is_control_flow(exc):
@@ -231,9 +235,11 @@ class EmbeddedEngine:
             if "not a valid rule path" in str(exc):
                 return EngineAnswer(defined=False, revision=revision)
             raise EngineError("embedded engine error", detail=_detail(exc)) from None
-        if value is None:
+        if not defined:
             return EngineAnswer(defined=False, revision=revision)
-        return EngineAnswer(defined=True, value=normalize(value), revision=revision)
+        return EngineAnswer(
+            defined=True, value=normalize(value), decision_id=uuid.uuid4().hex, revision=revision
+        )
 
     async def evaluate(self, path: str, document: InputDocument) -> EngineAnswer:
         """Evaluate inline on the running loop's thread (microseconds, no I/O)."""

@@ -1,0 +1,244 @@
+"""The HTTP API (ASGI, Starlette): list tools, call a tool, health, readiness, metrics.
+
+Every ``/v1`` request is authenticated first; an unauthenticated request gets 401 and never
+reaches the policy. Each failure has its own machine-readable ``code`` and status.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from gateway import _json
+from gateway._call import ToolCall
+from gateway._output import MediaContent, TextContent, ToolOutput
+from gateway.policy import caller_context
+from gateway.server._auth import Authenticator, AuthFailure
+from gateway.server._gateway import CallResult, Gateway
+from gateway.server._metrics import GatewayMetrics
+from gateway.server._openapi import openapi_document
+
+_LOG: Final = logging.getLogger("gateway.server")
+_REQUEST_ID: Final = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+Readiness = Callable[[], Awaitable[bool]]
+
+
+class _BodyTooLargeError(Exception):
+    pass
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _BodyTooLargeError
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _BodyTooLargeError
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def output_json(output: ToolOutput) -> dict[str, Any]:
+    """The wire form of a ToolOutput."""
+    content: list[dict[str, Any]] = []
+    for item in output.content:
+        if isinstance(item, TextContent):
+            content.append({"type": "text", "text": item.text})
+        elif isinstance(item, MediaContent):
+            content.append({"type": "media", "mime_type": item.mime_type, "uri": item.uri})
+    details = None if output.details is None else _json.to_plain(output.json())
+    return {"content": content, "details": details, "text": output.text()}
+
+
+class GatewayApp:
+    """The ASGI application around a :class:`Gateway`.
+
+    Args:
+        gateway: the call pipeline.
+        authenticator: turns headers into caller context.
+        ready: an async check for ``/readyz`` (policies loaded, engine reachable).
+        metrics: the service's metrics.
+        max_body_bytes: the largest accepted request body.
+    """
+
+    def __init__(
+        self,
+        gateway: Gateway,
+        *,
+        authenticator: Authenticator,
+        ready: Readiness,
+        metrics: GatewayMetrics,
+        max_body_bytes: int = 2 * 1024 * 1024,
+        lifespan: Callable[[Starlette], contextlib.AbstractAsyncContextManager[None]] | None = None,
+    ) -> None:
+        self._gateway = gateway
+        self._auth = authenticator
+        self._ready = ready
+        self._metrics = metrics
+        self._limit = max_body_bytes
+        self.app = Starlette(
+            routes=[
+                Route("/v1/tools", self.list_tools, methods=["GET"]),
+                Route("/v1/calls", self.call, methods=["POST"]),
+                Route("/healthz", self.healthz, methods=["GET"]),
+                Route("/readyz", self.readyz, methods=["GET"]),
+                Route("/metrics", self.metrics, methods=["GET"]),
+                Route("/openapi.json", self.openapi, methods=["GET"]),
+            ],
+            lifespan=lifespan,
+        )
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self.app(scope, receive, send)
+
+    def _request_id(self, request: Request) -> str:
+        given = request.headers.get("x-request-id")
+        if given is not None and _REQUEST_ID.fullmatch(given):
+            return given
+        return uuid.uuid4().hex
+
+    def _respond(
+        self, route: str, status: int, body: dict[str, Any], request_id: str
+    ) -> JSONResponse:
+        self._metrics.requests.labels(route, str(status)).inc()
+        return JSONResponse(body, status_code=status, headers={"X-Request-ID": request_id})
+
+    def _error(
+        self,
+        route: str,
+        status: int,
+        code: str,
+        message: str,
+        *,
+        request_id: str,
+        decision_id: str | None = None,
+    ) -> JSONResponse:
+        body = {
+            "code": code,
+            "message": message,
+            "decision_id": decision_id,
+            "request_id": request_id,
+        }
+        response = self._respond(route, status, body, request_id)
+        if status == 401:
+            response.headers["WWW-Authenticate"] = 'Bearer realm="gateway"'
+        return response
+
+    async def list_tools(self, request: Request) -> Response:
+        """``GET /v1/tools``: the served definitions (after authentication)."""
+        request_id = self._request_id(request)
+        try:
+            self._auth.authenticate(request.headers)
+        except AuthFailure as failure:
+            return self._error(
+                "tools", 401, failure.code, "authentication required", request_id=request_id
+            )
+        tools = [
+            {"name": d.name, "description": d.description, "input_schema": d.input_schema}
+            for d in self._gateway.definitions()
+        ]
+        return self._respond("tools", 200, {"tools": tools}, request_id)
+
+    async def call(self, request: Request) -> Response:
+        """``POST /v1/calls`` with ``{"id", "name", "arguments"}``."""
+        request_id = self._request_id(request)
+        try:
+            context = self._auth.authenticate(request.headers)
+        except AuthFailure as failure:
+            _LOG.info("unauthenticated request %s: %s", request_id, failure.detail)
+            return self._error(
+                "calls", 401, failure.code, "authentication required", request_id=request_id
+            )
+        try:
+            body = await _read_body(request, self._limit)
+        except _BodyTooLargeError:
+            return self._error(
+                "calls",
+                413,
+                "body_too_large",
+                f"request body exceeds {self._limit} bytes",
+                request_id=request_id,
+            )
+        parsed = self._parse_call(body)
+        if isinstance(parsed, str):
+            return self._error("calls", 400, "malformed_request", parsed, request_id=request_id)
+        with caller_context(self._auth.with_request_id(context, request_id)):
+            result = await self._gateway.call(parsed)
+        return self._result(result, parsed, request_id)
+
+    @staticmethod
+    def _parse_call(body: bytes) -> ToolCall | str:
+        try:
+            document = _json.parse(body, max_depth=80)
+        except _json.StrictJSONError as exc:
+            return f"request body is not valid JSON: {exc}"
+        if not isinstance(document, dict):
+            return "request body must be a JSON object"
+        unknown = sorted(set(document) - {"id", "name", "arguments"})
+        if unknown:
+            return f"unknown member {unknown[0]!r}"
+        call_id, name = document.get("id"), document.get("name")
+        if not isinstance(call_id, str) or not isinstance(name, str):
+            return "id and name must be strings"
+        arguments = document.get("arguments", "")
+        if isinstance(arguments, str):
+            raw: str | bytes = arguments
+        elif isinstance(arguments, dict):
+            # Re-encoded from the exact decoded value: numbers are never rounded.
+            raw = _json.canonical(arguments)
+        else:
+            return "arguments must be a JSON object or JSON text"
+        return ToolCall(call_id, name, raw)
+
+    def _result(self, result: CallResult, call: ToolCall, request_id: str) -> JSONResponse:
+        if result.ok or result.is_tool_failure:
+            body: dict[str, Any] = {
+                "id": call.id,
+                "status": "ok" if result.ok else result.code,
+                "is_error": not result.ok,
+                "output": output_json(result.output) if result.output is not None else None,
+                "decision_id": result.decision_id,
+                "request_id": request_id,
+            }
+            return self._respond("calls", 200, body, request_id)
+        return self._error(
+            "calls",
+            result.status,
+            result.code,
+            result.message or result.code,
+            request_id=request_id,
+            decision_id=result.decision_id,
+        )
+
+    async def healthz(self, request: Request) -> Response:
+        """``GET /healthz``: the process is alive."""
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(self, request: Request) -> Response:
+        """``GET /readyz``: policies loaded and the engine reachable."""
+        try:
+            ready = await self._ready()
+        except Exception:  # noqa: BLE001 - any failure to check means not ready
+            ready = False
+        return JSONResponse({"ready": ready}, status_code=200 if ready else 503)
+
+    async def metrics(self, request: Request) -> Response:
+        """``GET /metrics``: Prometheus text format."""
+        return Response(self._metrics.render(), media_type="text/plain; version=0.0.4")
+
+    async def openapi(self, request: Request) -> Response:
+        """``GET /openapi.json``."""
+        return JSONResponse(openapi_document())

@@ -1,0 +1,447 @@
+"""The service configuration: one TOML file, validated at start with errors naming the key.
+
+Relative paths in the file are resolved against the file's own directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import os
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from gateway._errors import GatewayError
+
+_ENGINES: Final = ("embedded", "opa")
+_FSYNC: Final = ("always", "batch", "none")
+_ALGORITHMS: Final = ("HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "ES256", "ES384")
+
+
+class ConfigError(GatewayError, ValueError):
+    """The configuration is invalid; the message starts with the offending key."""
+
+    code = "invalid_config"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineConfig:
+    """Which Rego engine decides, and how."""
+
+    kind: str = "embedded"
+    policies: Path | None = None
+    url: str | None = None
+    timeout_s: float = 1.0
+    revision_interval_s: float = 5.0
+    decision_path: str = "gateway/authz/decision"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CacheConfig:
+    """The decision cache."""
+
+    enabled: bool = True
+    max_entries: int = 100_000
+    max_ttl_s: float = 30.0
+    default_ttl_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuditConfig:
+    """The audit trail."""
+
+    enabled: bool = True
+    path: Path | None = None
+    fsync: str = "always"
+    max_bytes: int | None = None
+    key_env: str | None = None
+    mask_keys: tuple[str, ...] = ()
+    mask_pointers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApiKey:
+    """One API key: its SHA-256 (hex) and the caller context it stands for."""
+
+    sha256: str
+    context: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JwtConfig:
+    """JWT bearer tokens: keys, checks and the claim-to-context mapping."""
+
+    algorithms: tuple[str, ...]
+    secret: bytes | None = None
+    public_key: str | None = None
+    jwks: str | None = None
+    issuer: str | None = None
+    audience: str | None = None
+    leeway_s: float = 0.0
+    claims: Mapping[str, str] = field(
+        default_factory=lambda: {"subject": "sub", "roles": "roles", "tenant": "tenant"}
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuthConfig:
+    """How callers authenticate (at least one method is required)."""
+
+    api_keys: tuple[ApiKey, ...] = ()
+    jwt: JwtConfig | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerConfig:
+    """Where the HTTP service listens and what it accepts."""
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    max_body_bytes: int = 2 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GatewayConfig:
+    """The whole configuration."""
+
+    engine: EngineConfig
+    cache: CacheConfig
+    audit: AuditConfig
+    auth: AuthConfig
+    server: ServerConfig
+    tools: tuple[str, ...]
+    source: Path | None = None
+
+
+def _table(data: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
+    value = data.get(key, {})
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}{key}: must be a table")
+    return value
+
+
+def _known(data: Mapping[str, Any], allowed: Iterable[str], where: str) -> None:
+    unknown = sorted(set(data) - set(allowed))
+    if unknown:
+        raise ConfigError(f"{where}{unknown[0]}: unknown key")
+
+
+def _get(
+    data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], default: Any, where: str
+) -> Any:
+    value = data.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
+        raise ConfigError(f"{where}{key}: must be {_name(kind)}")
+    if not isinstance(value, kind):
+        raise ConfigError(f"{where}{key}: must be {_name(kind)}")
+    return value
+
+
+def _name(kind: type | tuple[type, ...]) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join(k.__name__ for k in kinds)
+
+
+def _path(base: Path, value: str | None) -> Path | None:
+    if value is None:
+        return None
+    path = Path(value)
+    return path if path.is_absolute() else (base / path).resolve()
+
+
+def _positive(value: float, key: str) -> float:
+    if value <= 0:
+        raise ConfigError(f"{key}: must be positive")
+    return value
+
+
+def _engine(data: Mapping[str, Any], base: Path) -> EngineConfig:
+    where = "engine."
+    _known(
+        data,
+        ("kind", "policies", "url", "timeout_s", "revision_interval_s", "decision_path"),
+        where,
+    )
+    kind = _get(data, "kind", str, "embedded", where)
+    if kind not in _ENGINES:
+        raise ConfigError(f"engine.kind: must be one of {', '.join(_ENGINES)}, got {kind!r}")
+    policies = _path(base, _get(data, "policies", str, None, where))
+    url = _get(data, "url", str, None, where)
+    if kind == "embedded":
+        if policies is None:
+            raise ConfigError("engine.policies: required for the embedded engine")
+        if not policies.is_dir():
+            raise ConfigError(f"engine.policies: {policies} is not a directory")
+    elif url is None or not url.startswith(("http://", "https://")):
+        raise ConfigError("engine.url: required for the opa engine (http(s)://host:port)")
+    return EngineConfig(
+        kind=kind,
+        policies=policies,
+        url=url,
+        timeout_s=_positive(
+            float(_get(data, "timeout_s", (int, float), 1.0, where)), "engine.timeout_s"
+        ),
+        revision_interval_s=float(_get(data, "revision_interval_s", (int, float), 5.0, where)),
+        decision_path=_get(data, "decision_path", str, "gateway/authz/decision", where),
+    )
+
+
+def _cache(data: Mapping[str, Any]) -> CacheConfig:
+    where = "cache."
+    _known(data, ("enabled", "max_entries", "max_ttl_s", "default_ttl_s"), where)
+    max_entries = _get(data, "max_entries", int, 100_000, where)
+    if max_entries < 1:
+        raise ConfigError("cache.max_entries: must be at least 1")
+    max_ttl = float(_get(data, "max_ttl_s", (int, float), 30.0, where))
+    default_ttl = float(_get(data, "default_ttl_s", (int, float), 0.0, where))
+    if max_ttl < 0 or default_ttl < 0:
+        raise ConfigError("cache.max_ttl_s: TTLs must not be negative")
+    return CacheConfig(
+        enabled=_get(data, "enabled", bool, True, where),
+        max_entries=max_entries,
+        max_ttl_s=max_ttl,
+        default_ttl_s=default_ttl,
+    )
+
+
+def _strings(data: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
+    value = data.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ConfigError(f"{where}{key}: must be a list of strings")
+    return tuple(value)
+
+
+def _audit(data: Mapping[str, Any], base: Path) -> AuditConfig:
+    where = "audit."
+    _known(
+        data,
+        ("enabled", "path", "fsync", "max_bytes", "key_env", "mask_keys", "mask_pointers"),
+        where,
+    )
+    enabled = _get(data, "enabled", bool, True, where)
+    path = _path(base, _get(data, "path", str, None, where))
+    if enabled and path is None:
+        raise ConfigError("audit.path: required when the audit trail is enabled")
+    fsync = _get(data, "fsync", str, "always", where)
+    if fsync not in _FSYNC:
+        raise ConfigError(f"audit.fsync: must be one of {', '.join(_FSYNC)}")
+    key_env = _get(data, "key_env", str, None, where)
+    if key_env is not None and not os.environ.get(key_env):
+        raise ConfigError(f"audit.key_env: environment variable {key_env} is not set")
+    pointers = _strings(data, "mask_pointers", where)
+    for pointer in pointers:
+        if not pointer.startswith("/"):
+            raise ConfigError(f"audit.mask_pointers: {pointer!r} is not a JSON pointer")
+    return AuditConfig(
+        enabled=enabled,
+        path=path,
+        fsync=fsync,
+        max_bytes=_get(data, "max_bytes", int, None, where),
+        key_env=key_env,
+        mask_keys=_strings(data, "mask_keys", where),
+        mask_pointers=pointers,
+    )
+
+
+def _api_keys(value: Any) -> tuple[ApiKey, ...]:
+    if not isinstance(value, list):
+        raise ConfigError("auth.api_keys: must be an array of tables")
+    keys = []
+    for index, entry in enumerate(value):
+        where = f"auth.api_keys[{index}]."
+        if not isinstance(entry, Mapping):
+            raise ConfigError(f"auth.api_keys[{index}]: must be a table")
+        _known(entry, ("sha256", "context"), where)
+        digest = _get(entry, "sha256", str, None, where)
+        if digest is None or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+            raise ConfigError(
+                f"{where}sha256: must be the 64-character lower-case hex SHA-256 of the key"
+            )
+        context = _get(entry, "context", Mapping, None, where)
+        if context is None or not isinstance(context.get("subject"), str):
+            raise ConfigError(f"{where}context: must be a table with a string subject")
+        keys.append(ApiKey(sha256=digest, context=dict(context)))
+    return tuple(keys)
+
+
+def _read_secret(data: Mapping[str, Any], base: Path, where: str) -> bytes | None:
+    env = _get(data, "secret_env", str, None, where)
+    if env is None:
+        return None
+    secret = os.environ.get(env)
+    if not secret:
+        raise ConfigError(f"{where}secret_env: environment variable {env} is not set")
+    return secret.encode("utf-8")
+
+
+def _read_file(data: Mapping[str, Any], key: str, base: Path, where: str) -> str | None:
+    path = _path(base, _get(data, key, str, None, where))
+    if path is None:
+        return None
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{where}{key}: cannot read {path}: {exc.strerror}") from None
+
+
+def _jwt(data: Mapping[str, Any], base: Path) -> JwtConfig:
+    where = "auth.jwt."
+    _known(
+        data,
+        (
+            "algorithms",
+            "secret_env",
+            "public_key_file",
+            "jwks_file",
+            "issuer",
+            "audience",
+            "leeway_s",
+            "claims",
+        ),
+        where,
+    )
+    algorithms = _strings(data, "algorithms", where) or ("RS256",)
+    for algorithm in algorithms:
+        if algorithm not in _ALGORITHMS:
+            raise ConfigError(f"auth.jwt.algorithms: unsupported algorithm {algorithm!r}")
+    secret = _read_secret(data, base, where)
+    public_key = _read_file(data, "public_key_file", base, where)
+    jwks = _read_file(data, "jwks_file", base, where)
+    if sum(x is not None for x in (secret, public_key, jwks)) != 1:
+        raise ConfigError("auth.jwt: set exactly one of secret_env, public_key_file, jwks_file")
+    if secret is not None and not all(a.startswith("HS") for a in algorithms):
+        raise ConfigError("auth.jwt.algorithms: a shared secret only works with HS* algorithms")
+    if secret is None and any(a.startswith("HS") for a in algorithms):
+        raise ConfigError("auth.jwt.algorithms: HS* algorithms need secret_env")
+    claims = _get(data, "claims", Mapping, None, where)
+    if claims is not None and not all(isinstance(v, str) for v in claims.values()):
+        raise ConfigError("auth.jwt.claims: must map context fields to claim names")
+    audience = _get(data, "audience", str, None, where)
+    issuer = _get(data, "issuer", str, None, where)
+    if audience is None or issuer is None:
+        raise ConfigError("auth.jwt.issuer: issuer and audience are both required")
+    return JwtConfig(
+        algorithms=algorithms,
+        secret=secret,
+        public_key=public_key,
+        jwks=jwks,
+        issuer=issuer,
+        audience=audience,
+        leeway_s=float(_get(data, "leeway_s", (int, float), 0.0, where)),
+        claims=dict(claims)
+        if claims is not None
+        else {"subject": "sub", "roles": "roles", "tenant": "tenant"},
+    )
+
+
+def _auth(data: Mapping[str, Any], base: Path) -> AuthConfig:
+    _known(data, ("api_keys", "jwt"), "auth.")
+    api_keys = _api_keys(data.get("api_keys", []))
+    jwt = _jwt(_table(data, "jwt", "auth."), base) if "jwt" in data else None
+    if not api_keys and jwt is None:
+        raise ConfigError("auth: configure api_keys or jwt; the service never runs unauthenticated")
+    return AuthConfig(api_keys=api_keys, jwt=jwt)
+
+
+def _server(data: Mapping[str, Any]) -> ServerConfig:
+    where = "server."
+    _known(data, ("host", "port", "max_body_bytes"), where)
+    port = _get(data, "port", int, 8080, where)
+    if not 0 <= port <= 65535:
+        raise ConfigError("server.port: must be 0-65535")
+    limit = _get(data, "max_body_bytes", int, 2 * 1024 * 1024, where)
+    if limit < 1024:
+        raise ConfigError("server.max_body_bytes: must be at least 1024")
+    return ServerConfig(
+        host=_get(data, "host", str, "127.0.0.1", where), port=port, max_body_bytes=limit
+    )
+
+
+def parse_config(
+    data: Mapping[str, Any], *, base: Path, source: Path | None = None
+) -> GatewayConfig:
+    """Validate a decoded configuration.
+
+    Raises:
+        ConfigError: the first invalid key, named in the message.
+    """
+    _known(data, ("engine", "cache", "audit", "auth", "server", "tools"), "")
+    tools = _table(data, "tools", "")
+    _known(tools, ("modules",), "tools.")
+    modules = _strings(tools, "modules", "tools.")
+    if not modules:
+        raise ConfigError('tools.modules: list at least one "module:attribute"')
+    for entry in modules:
+        if entry.count(":") != 1:
+            raise ConfigError(f'tools.modules: {entry!r} must look like "package.module:attribute"')
+    return GatewayConfig(
+        engine=_engine(_table(data, "engine", ""), base),
+        cache=_cache(_table(data, "cache", "")),
+        audit=_audit(_table(data, "audit", ""), base),
+        auth=_auth(_table(data, "auth", ""), base),
+        server=_server(_table(data, "server", "")),
+        tools=modules,
+        source=source,
+    )
+
+
+def load_config(path: str | os.PathLike[str]) -> GatewayConfig:
+    """Read and validate a TOML configuration file.
+
+    Raises:
+        ConfigError: unreadable file, invalid TOML, or an invalid key.
+    """
+    file = Path(path).resolve()
+    try:
+        data = tomllib.loads(file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"config: cannot read {file}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config: {file} is not valid TOML: {exc}") from None
+    return parse_config(data, base=file.parent, source=file)
+
+
+def import_tools(spec: str, *, base: Path | None = None) -> list[Any]:
+    """Import ``"module:attribute"``: a Tool, a Registry, or an iterable of Tools.
+
+    Raises:
+        ConfigError: the module or attribute cannot be imported.
+    """
+    module_name, _, attribute = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"tools.modules: cannot import {module_name!r}: {exc}") from None
+    try:
+        value = getattr(module, attribute)
+    except AttributeError:
+        raise ConfigError(
+            f"tools.modules: {module_name!r} has no attribute {attribute!r}"
+        ) from None
+    from gateway._contract import Tool  # noqa: PLC0415 - avoids a cycle at import time
+    from gateway._registry import Registry  # noqa: PLC0415
+
+    if isinstance(value, Registry):
+        raise ConfigError(
+            f"tools.modules: {spec!r} is a Registry; export its tools (a list) instead, so the "
+            "service can put each one behind the policy"
+        )
+    if isinstance(value, Tool):
+        return [value]
+    if isinstance(value, Iterable) and not isinstance(value, str | bytes):
+        tools = list(value)
+        for index, item in enumerate(tools):
+            if not isinstance(item, Tool):
+                raise ConfigError(f"tools.modules: {spec!r}[{index}] is not a Tool")
+        return tools
+    raise ConfigError(f"tools.modules: {spec!r} is not a Tool or a list of Tools")
+
+
+def api_key_digest(key: str) -> str:
+    """The SHA-256 hex digest to put in ``auth.api_keys[].sha256`` for a key."""
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
