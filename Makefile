@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo quickstart check setup lint typecheck test policy-test clean
+.PHONY: demo quickstart bench check setup lint typecheck test policy-test clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,10 @@ test: $(STAMP)
 	OPA_BIN="$$(scripts/provision-opa)" && export OPA_BIN && $(BIN)/python -m pytest
 
 check: lint typecheck policy-test test
+
+bench: $(STAMP)
+	OPA_BIN="$$(scripts/provision-opa)" && export OPA_BIN && \
+	$(BIN)/python -m benchmarks --json benchmarks/results.json --markdown BENCHMARKS.md
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

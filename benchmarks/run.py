@@ -1,0 +1,523 @@
+"""Benchmark harness: every figure measured side by side in one run, on this machine.
+
+    python -m benchmarks [--quick] [--json PATH] [--markdown BENCHMARKS.md]
+
+It starts its own real OPA server (the binary from ``$OPA_BIN`` or ``scripts/provision-opa``),
+evaluates the shipped policies, prints a table, and writes JSON and BENCHMARKS.md. Figures
+are medians and 99th percentiles of per-iteration wall time; ratios compare scenarios
+measured in the same run, which is what stays meaningful on a shared, noisy machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import gc
+import json
+import os
+import platform
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+import tracemalloc
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import httpx
+import requests
+import uvicorn
+
+from gateway import Authorization, Decision, Guard, ToolCall, bind, function_tool
+from gateway.audit import AuditTrail, FsyncPolicy, JsonlFileSink
+from gateway.policy import (
+    CachingAuthorizer,
+    CallerContext,
+    DecisionCache,
+    EmbeddedEngine,
+    InputDocument,
+    OpaRestEngine,
+    OpaRestEngineSync,
+    PolicyAuthorizer,
+    caller_context,
+)
+from gateway.policy._rest import read_response, request_body
+from gateway.server import (
+    Authenticator,
+    Gateway,
+    GatewayApp,
+    GatewayMetrics,
+    api_key_digest,
+    parse_config,
+)
+from gateway.testing import OpaServer, StaticAuthorizer
+
+ROOT = Path(__file__).resolve().parent.parent
+POLICIES = ROOT / "policies"
+PATH = "gateway/authz/decision"
+CONTEXT = {"subject": "alice", "roles": ["reader"], "tenant": "acme"}
+ARGUMENTS = '{"a": 1, "b": 2}'
+
+TARGETS: dict[str, tuple[str, float]] = {
+    "cache_hit_over_bare": ("<=", 1.5),
+    "rest_async_over_raw_aiohttp": ("<=", 1.15),
+    "embedded_over_rest_async": ("<=", 0.25),
+    "throughput_over_raw": (">=", 0.85),
+    "coalesced_evaluations": ("==", 1),
+    "rest_uncached_over_cache_hit": (">=", 20),
+}
+
+
+@function_tool
+async def add(a: int, b: int) -> str:
+    """Add two integers (the trivial tool every scenario calls)."""
+    return str(a + b)
+
+
+def summarize(samples_ns: list[int]) -> dict[str, float]:
+    """Median and p99 in microseconds."""
+    ordered = sorted(samples_ns)
+    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    return {"median_us": statistics.median(ordered) / 1000, "p99_us": p99 / 1000, "n": len(ordered)}
+
+
+async def time_async(
+    fn: Callable[[], Awaitable[object]], n: int, warmup: int = 200
+) -> dict[str, float]:
+    """Time ``n`` sequential awaits of ``fn``."""
+    for _ in range(warmup):
+        await fn()
+    samples = []
+    clock = time.perf_counter_ns
+    for _ in range(n):
+        start = clock()
+        await fn()
+        samples.append(clock() - start)
+    return summarize(samples)
+
+
+def time_sync(fn: Callable[[], object], n: int, warmup: int = 200) -> dict[str, float]:
+    """Time ``n`` sequential calls of ``fn``."""
+    for _ in range(warmup):
+        fn()
+    samples = []
+    clock = time.perf_counter_ns
+    for _ in range(n):
+        start = clock()
+        fn()
+        samples.append(clock() - start)
+    return summarize(samples)
+
+
+def opa_binary() -> str:
+    """The real OPA binary (provisioned by the project's script when not given)."""
+    given = os.environ.get("OPA_BIN")
+    if given:
+        return given
+    done = subprocess.run(  # noqa: S603 - the project's own script
+        [str(ROOT / "scripts" / "provision-opa")], check=True, capture_output=True, text=True
+    )
+    return done.stdout.strip()
+
+
+def opa_version(binary: str) -> str:
+    """``opa version``'s first line."""
+    out = subprocess.run([binary, "version"], check=True, capture_output=True, text=True)  # noqa: S603
+    return out.stdout.splitlines()[0]
+
+
+def machine() -> dict[str, Any]:
+    """What this run ran on."""
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+
+
+class Bench:
+    """Runs every scenario against one OPA server."""
+
+    def __init__(self, url: str, *, quick: bool) -> None:
+        self.url = url
+        self.scale = 0.2 if quick else 1.0
+        self.results: dict[str, dict[str, float]] = {}
+        self.extra: dict[str, Any] = {}
+
+    def n(self, base: int) -> int:
+        return max(50, int(base * self.scale))
+
+    async def core(self) -> None:
+        bare = bind(add)
+        invocation = bare.prepare(ToolCall("c", "add", ARGUMENTS))
+        self.results["a_bare_binding_call"] = await time_async(
+            lambda: bare.call(invocation), self.n(20000)
+        )
+        call = ToolCall("c", "add", ARGUMENTS)
+        self.results["b_prepare"] = time_sync(lambda: bare.prepare(call), self.n(20000))
+        static = bind(Guard(tool=add, authorizer=StaticAuthorizer(True)))
+        inv_static = static.prepare(call)
+        self.results["c_guard_static_allow"] = await time_async(
+            lambda: static.call(inv_static), self.n(20000)
+        )
+
+        async def allow(_: InputDocument) -> Decision:
+            return Decision(allowed=True, cache_ttl=3600)
+
+        cached = CachingAuthorizer(
+            allow, engine="bench", path=PATH, cache=DecisionCache(max_ttl=3600)
+        )
+        hit = bind(Guard(tool=add, authorizer=cached))
+        inv_hit = hit.prepare(call)
+        with caller_context(CONTEXT):
+            await hit.call(inv_hit)
+            self.results["d_guard_cache_hit"] = await time_async(
+                lambda: hit.call(inv_hit), self.n(20000)
+            )
+
+    async def engines(self) -> None:
+        call = ToolCall("c", "add", ARGUMENTS)
+        embedded = EmbeddedEngine.from_directory(POLICIES)
+        emb = bind(Guard(tool=add, authorizer=PolicyAuthorizer(embedded)))
+        inv = emb.prepare(call)
+        with caller_context(CONTEXT):
+            self.results["e_guard_embedded_uncached"] = await time_async(
+                lambda: emb.call(inv), self.n(5000)
+            )
+        async with OpaRestEngine(self.url, revision_interval=0) as rest:
+            guarded = bind(Guard(tool=add, authorizer=PolicyAuthorizer(rest)))
+            inv_rest = guarded.prepare(call)
+            with caller_context(CONTEXT):
+                self.results["f_guard_rest_async_uncached"] = await time_async(
+                    lambda: guarded.call(inv_rest), self.n(3000)
+                )
+        document = InputDocument(
+            Authorization(emb.definition, inv.arguments), CallerContext(CONTEXT)
+        )
+        body = request_body(document)
+        url = f"{self.url}/v1/data/{PATH}"
+        with OpaRestEngineSync(self.url) as sync_engine:
+            self.results["f_rest_sync_decision"] = time_sync(
+                lambda: sync_engine.evaluate_sync(PATH, document), self.n(3000)
+            )
+        session = requests.Session()
+        headers = {"Content-Type": "application/json"}
+        self.results["g_raw_requests"] = time_sync(
+            lambda: session.post(url, data=body, headers=headers, timeout=5).content, self.n(3000)
+        )
+        async with aiohttp.ClientSession() as client:
+
+            async def raw() -> bytes:
+                async with client.post(url, data=body, headers=headers) as response:
+                    return await response.read()
+
+            self.results["g_raw_aiohttp"] = await time_async(raw, self.n(3000))
+            self.extra["h"] = await self.throughput(client, url, body, call)
+        read_response(200, b'{"result": true}', revision="")
+
+    async def throughput(
+        self, client: aiohttp.ClientSession, url: str, body: bytes, call: ToolCall
+    ) -> dict[str, float]:
+        total = self.n(6000)
+        workers = 64
+        headers = {"Content-Type": "application/json"}
+
+        async def raw_worker(count: int) -> None:
+            for _ in range(count):
+                async with client.post(url, data=body, headers=headers) as response:
+                    await response.read()
+
+        start = time.perf_counter()
+        await asyncio.gather(*(raw_worker(total // workers) for _ in range(workers)))
+        raw_rate = (total // workers * workers) / (time.perf_counter() - start)
+        async with OpaRestEngine(self.url, revision_interval=0) as rest:
+            guarded = bind(Guard(tool=add, authorizer=PolicyAuthorizer(rest)))
+            inv = guarded.prepare(call)
+
+            async def guarded_worker(count: int) -> None:
+                for _ in range(count):
+                    await guarded.call(inv)
+
+            with caller_context(CONTEXT):
+                start = time.perf_counter()
+                await asyncio.gather(*(guarded_worker(total // workers) for _ in range(workers)))
+                ours = (total // workers * workers) / (time.perf_counter() - start)
+        return {
+            "raw_decisions_per_s": raw_rate,
+            "gateway_decisions_per_s": ours,
+            "workers": workers,
+        }
+
+    async def coalescing(self) -> int:
+        evaluations = 0
+        gate = asyncio.Event()
+
+        async def slow(_: InputDocument) -> Decision:
+            nonlocal evaluations
+            evaluations += 1
+            await gate.wait()
+            return Decision(allowed=True, cache_ttl=60)
+
+        cache = DecisionCache()
+        authorizer = CachingAuthorizer(slow, engine="b", path=PATH, cache=cache)
+        guarded = bind(Guard(tool=add, authorizer=authorizer))
+        inv = guarded.prepare(ToolCall("c", "add", ARGUMENTS))
+        with caller_context(CONTEXT):
+            calls = [asyncio.ensure_future(guarded.call(inv)) for _ in range(1000)]
+            # Hold the one evaluation open until every other call is waiting on it.
+            for _ in range(1000):
+                stats = cache.stats()
+                if stats.misses + stats.coalesced == 1000:
+                    break
+                await asyncio.sleep(0)
+            gate.set()
+            await asyncio.gather(*calls)
+        return evaluations
+
+    async def audit(self) -> None:
+        per_policy: dict[str, Any] = {}
+        for policy in FsyncPolicy:
+            with tempfile.TemporaryDirectory() as folder:
+                sink = JsonlFileSink(Path(folder) / "audit.jsonl", fsync=policy)
+                record = {"type": "bench", "tool": "add", "arguments": {"a": 1, "b": 2}}
+
+                def submit(sink: JsonlFileSink = sink, record: dict[str, Any] = record) -> Any:
+                    return asyncio.wrap_future(sink.submit(record))
+
+                latency = await time_async(submit, self.n(2000), warmup=50)
+                count = self.n(10000)
+                start = time.perf_counter()
+                await asyncio.gather(
+                    *(asyncio.wrap_future(sink.submit(record)) for _ in range(count))
+                )
+                per_record = (time.perf_counter() - start) / count * 1e6
+                sink.close()
+            self.results[f"j_audit_{policy.value}"] = latency
+            per_policy[policy.value] = {
+                "sequential_median_us": latency["median_us"],
+                "concurrent_per_record_us": per_record,
+            }
+        self.extra["j"] = per_policy
+
+    def memory(self) -> dict[str, float]:
+        entries = self.n(100000) if self.scale < 1 else 100000
+        gc.collect()
+        tracemalloc.start()
+        before = tracemalloc.take_snapshot()
+        cache = DecisionCache(maxsize=entries + 1, max_ttl=3600)
+        decision = Decision(allowed=True, cache_ttl=3600)
+        for index in range(entries):
+            key = ("opa:http://127.0.0.1:8181", PATH, "policies:0123456789abcdef", f"{index:064x}")
+            cache.put(
+                key,
+                Decision(allowed=decision.allowed, cache_ttl=3600, reasons=("r",)),
+                started=cache.clock(),
+                generation=0,
+            )
+        after = tracemalloc.take_snapshot()
+        tracemalloc.stop()
+        used = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
+        return {"entries": entries, "bytes_total": used, "bytes_per_entry": used / entries}
+
+    async def http(self) -> None:
+        with tempfile.TemporaryDirectory() as folder:
+            config = parse_config(
+                {
+                    "engine": {"kind": "embedded", "policies": str(POLICIES)},
+                    "audit": {
+                        "enabled": True,
+                        "path": str(Path(folder) / "audit.jsonl"),
+                        "fsync": "batch",
+                    },
+                    "auth": {
+                        "api_keys": [
+                            {
+                                "sha256": api_key_digest("demo-key-alice"),
+                                "context": CONTEXT,
+                            }
+                        ]
+                    },
+                    "tools": {"modules": ["benchmarks.run:TOOLS"]},
+                },
+                base=ROOT,
+            )
+            sink = JsonlFileSink(config.audit.path or Path(folder) / "a.jsonl", fsync="batch")
+            engine = EmbeddedEngine.from_directory(POLICIES)
+            cache = DecisionCache(max_ttl=30)
+            metrics = GatewayMetrics(cache)
+            gateway = Gateway(
+                [add],
+                authorizer=PolicyAuthorizer(engine, cache=cache),
+                audit=AuditTrail(sink),
+                metrics=metrics,
+            )
+
+            async def ready() -> bool:
+                return True
+
+            app = GatewayApp(
+                gateway, authenticator=Authenticator(config.auth), ready=ready, metrics=metrics
+            )
+            server = uvicorn.Server(
+                uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error", access_log=False)
+            )
+            thread = threading.Thread(target=server.run, daemon=True)
+            thread.start()
+            deadline = time.monotonic() + 10
+            while not server.started and time.monotonic() < deadline:  # noqa: ASYNC110 - another thread
+                await asyncio.sleep(0.01)
+            port = server.servers[0].sockets[0].getsockname()[1]
+            payload = {"id": "c", "name": "add", "arguments": {"a": 1, "b": 2}}
+            async with httpx.AsyncClient(
+                base_url=f"http://127.0.0.1:{port}", headers={"X-API-Key": "demo-key-alice"}
+            ) as client:
+
+                async def once() -> None:
+                    response = await client.post("/v1/calls", json=payload)
+                    response.raise_for_status()
+
+                self.results["l_http_end_to_end"] = await time_async(once, self.n(2000), warmup=100)
+            server.should_exit = True
+            thread.join(timeout=10)
+            sink.close()
+
+
+TOOLS = [add]
+
+
+def ratios(results: dict[str, dict[str, float]], extra: dict[str, Any]) -> dict[str, float]:
+    """The named ratios the targets are stated in."""
+    med = {name: value["median_us"] for name, value in results.items()}
+    h = extra["h"]
+    return {
+        "cache_hit_over_bare": med["d_guard_cache_hit"] / med["a_bare_binding_call"],
+        "rest_async_over_raw_aiohttp": med["f_guard_rest_async_uncached"] / med["g_raw_aiohttp"],
+        "embedded_over_rest_async": med["e_guard_embedded_uncached"]
+        / med["f_guard_rest_async_uncached"],
+        "throughput_over_raw": h["gateway_decisions_per_s"] / h["raw_decisions_per_s"],
+        "coalesced_evaluations": float(extra["i"]),
+        "rest_uncached_over_cache_hit": med["f_guard_rest_async_uncached"]
+        / med["d_guard_cache_hit"],
+        "rest_sync_over_raw_requests": med["f_rest_sync_decision"] / med["g_raw_requests"],
+    }
+
+
+def met(name: str, value: float) -> str:
+    """Whether a ratio meets its target."""
+    if name not in TARGETS:
+        return "(no target)"
+    op, target = TARGETS[name]
+    ok = {"<=": value <= target, ">=": value >= target, "==": value == target}[op]
+    return ("met" if ok else "MISSED") + f" (target {op} {target})"
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """BENCHMARKS.md, generated."""
+    lines = [
+        "# Benchmarks",
+        "",
+        "Generated by `make bench` (`python -m benchmarks`); do not edit by hand.",
+        "Every figure comes from one run on the machine below; compare ratios, not absolute",
+        "times, across machines.",
+        "",
+        "## Machine",
+        "",
+    ]
+    lines += [f"- {key}: {value}" for key, value in report["machine"].items()]
+    lines += [
+        "",
+        "## Scenarios (per-iteration wall time)",
+        "",
+        "| scenario | median µs | p99 µs | n |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for name, value in report["scenarios"].items():
+        lines.append(
+            f"| {name} | {value['median_us']:.1f} | {value['p99_us']:.1f} | {value['n']} |"
+        )
+    h = report["extra"]["h"]
+    memory = report["extra"]["k"]
+    lines += [
+        "",
+        f"Throughput with {h['workers']} concurrent async callers, uncached, against the same "
+        f"OPA: raw aiohttp {h['raw_decisions_per_s']:.0f} decisions/s, gateway "
+        f"{h['gateway_decisions_per_s']:.0f} decisions/s.",
+        f"1,000 concurrent identical cold calls caused {report['extra']['i']} engine "
+        "evaluation(s).",
+        f"Decision cache memory: {memory['bytes_per_entry']:.0f} bytes per entry "
+        f"({memory['entries']} entries, {memory['bytes_total'] / 1e6:.1f} MB).",
+        "",
+        "Audit record cost per fsync policy (one writer thread, group commit):",
+        "",
+        "| fsync | sequential median µs | per record with 10k concurrent µs |",
+        "| --- | ---: | ---: |",
+    ]
+    for policy, value in report["extra"]["j"].items():
+        sequential, concurrent = value["sequential_median_us"], value["concurrent_per_record_us"]
+        lines.append(f"| {policy} | {sequential:.1f} | {concurrent:.1f} |")
+    lines += ["", "## Ratios and targets", "", "| ratio | value | target |", "| --- | ---: | --- |"]
+    for name, value in report["ratios"].items():
+        lines.append(f"| {name} | {value:.3f} | {met(name, value)} |")
+    lines.append("")
+    notes = report.get("notes")
+    if notes:
+        lines += ["## Notes", "", *notes, ""]
+    return "\n".join(lines)
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    """All scenarios, in one process, against one OPA server."""
+    binary = opa_binary()
+    files = [
+        str(p)
+        for p in POLICIES.rglob("*")
+        if p.suffix in (".rego", ".json") and not p.name.endswith("_test.rego")
+    ]
+    with OpaServer(binary=binary, policy_paths=files) as server:
+        bench = Bench(server.url, quick=args.quick)
+        await bench.core()
+        await bench.engines()
+        bench.extra["i"] = await bench.coalescing()
+        await bench.audit()
+        bench.extra["k"] = bench.memory()
+        await bench.http()
+    report: dict[str, Any] = {
+        "machine": {**machine(), "opa": opa_version(binary)},
+        "scenarios": bench.results,
+        "extra": bench.extra,
+    }
+    report["ratios"] = ratios(bench.results, bench.extra)
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the harness; print the table; write JSON and Markdown when asked."""
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run)")
+    parser.add_argument("--json", type=Path, help="write the results as JSON here")
+    parser.add_argument("--markdown", type=Path, help="write BENCHMARKS.md here")
+    args = parser.parse_args(argv)
+    report = asyncio.run(run(args))
+    text = markdown(report)
+    print(text)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    if args.markdown:
+        args.markdown.write_text(text, encoding="utf-8")
+    return 0
