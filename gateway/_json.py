@@ -114,6 +114,8 @@ def parse(raw: bytes, *, max_depth: int = DEFAULT_MAX_DEPTH) -> JSONValue:
         raise StrictJSONError(f"nesting exceeds {max_depth} levels") from None
     except ValueError as exc:  # JSONDecodeError, and int() past the digit limit
         raise StrictJSONError(f"document is not valid JSON: {exc}") from None
+    except ArithmeticError:  # Decimal() of an exponent beyond the decimal module's range
+        raise StrictJSONError("number exponent is out of range") from None
     _check_tree(value, max_depth)
     return value
 
@@ -132,10 +134,15 @@ def _encode_into(value: JSONValue, out: list[str]) -> None:
         out.append(_encode_string(value))
     elif isinstance(value, int):
         out.append(str(value))
-    elif isinstance(value, Decimal | float):
+    elif isinstance(value, Decimal):
+        # Decimal.is_finite, not math.isfinite: 1e400 is finite, though no float holds it.
+        if not value.is_finite():
+            raise StrictJSONError("non-finite number is not JSON")
+        out.append(str(value))
+    elif isinstance(value, float):
         if not math.isfinite(value):
             raise StrictJSONError("non-finite number is not JSON")
-        out.append(str(value) if isinstance(value, Decimal) else repr(value))
+        out.append(repr(value))
     elif isinstance(value, dict):
         _encode_object(value, out)
     elif isinstance(value, list | tuple):

@@ -36,6 +36,7 @@ from gateway.policy._errors import (
     PolicyError,
     UndefinedDecisionError,
 )
+from gateway.policy._gate import GateProblem, check_policy_coverage
 from gateway.policy._rest import OpaRestEngine, OpaRestEngineSync
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "EngineError",
     "EngineTimeoutError",
     "EngineUnavailableError",
+    "GateProblem",
     "InputDocument",
     "InvalidContextError",
     "MalformedDecisionError",
@@ -65,6 +67,7 @@ __all__ = [
     "PolicySources",
     "UndefinedDecisionError",
     "caller_context",
+    "check_policy_coverage",
     "current_caller",
     "normalize_path",
     "read_decision",

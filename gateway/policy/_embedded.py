@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import threading
 import uuid
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -26,8 +28,15 @@ from gateway.policy._engine import DEFAULT_DECISION_PATH, EngineAnswer, normaliz
 from gateway.policy._errors import EngineError, PolicyError
 
 _MAX_DETAIL: Final = 500
-# regorus reads floats as binary64: a number outside this set would be silently rounded.
 _EXACT_INT_LIMIT: Final = 2**53
+
+
+# Per-thread regorus engines, keyed by the id of the EmbeddedEngine they serve. The local is
+# module-level on purpose: a regorus engine is "unsendable" and refuses to be dropped on any
+# thread but its own, and a per-instance local would drop every thread's engine on whichever
+# thread releases the EmbeddedEngine. Here a thread's engines die with that thread, or on its
+# next cache miss once their EmbeddedEngine is gone.
+_THREAD_ENGINES: Final = threading.local()
 
 
 class PolicyLoadError(PolicyError):
@@ -108,6 +117,24 @@ def _build(sources: PolicySources) -> Any:
     return engine
 
 
+def _exact_in_binary64(number: int | Decimal) -> bool:
+    # regorus holds numbers as binary64. A number is safe when it maps to a double that no
+    # other decimal of the same or shorter form maps to: then rounding is injective and
+    # monotone on the values involved, so comparisons and equality come out as in OPA,
+    # which compares exactly. Integers must be exactly representable; decimals must
+    # round-trip through their shortest repr (19.99 does; 1e400 and 0.1000000000000000001
+    # do not).
+    try:
+        as_float = float(number)
+    except OverflowError:
+        return False
+    if not math.isfinite(as_float):
+        return False
+    if isinstance(number, int):
+        return abs(number) <= _EXACT_INT_LIMIT or as_float == number
+    return Decimal(repr(as_float)) == number
+
+
 def _check_exact_numbers(document: InputDocument) -> None:
     stack: list[Any] = [document.to_dict()]
     while stack:
@@ -116,10 +143,10 @@ def _check_exact_numbers(document: InputDocument) -> None:
             stack.extend(node.values())
         elif isinstance(node, list):
             stack.extend(node)
-        elif isinstance(node, bool):
-            continue
-        elif (isinstance(node, int) and abs(node) > _EXACT_INT_LIMIT) or (
-            isinstance(node, Decimal) and Decimal(float(node)) != node
+        elif (
+            isinstance(node, int | Decimal)
+            and not isinstance(node, bool)
+            and not _exact_in_binary64(node)
         ):
             raise EngineError(
                 "input holds a number the embedded engine cannot represent exactly",
@@ -148,7 +175,6 @@ class EmbeddedEngine:
         self._directory = None if directory is None else Path(directory)
         self._warm_up_path = normalize_path(warm_up_path)
         self._lock = threading.Lock()
-        self._local = threading.local()
         self._check(sources)
         self._sources = sources
 
@@ -210,11 +236,19 @@ class EmbeddedEngine:
 
     def _engine(self) -> Any:
         sources = self._sources
-        local = self._local
-        if getattr(local, "revision", None) != sources.revision:
-            local.engine = _build(sources)
-            local.revision = sources.revision
-        return local.engine
+        engines: dict[int, tuple[weakref.ref[EmbeddedEngine], str, Any]] | None = getattr(
+            _THREAD_ENGINES, "engines", None
+        )
+        if engines is None:
+            engines = _THREAD_ENGINES.engines = {}
+        entry = engines.get(id(self))
+        if entry is not None and entry[0]() is self and entry[1] == sources.revision:
+            return entry[2]
+        for key in [key for key, (owner, _, _) in engines.items() if owner() is None]:
+            del engines[key]  # engines of EmbeddedEngines that are gone, dropped on this thread
+        engine = _build(sources)
+        engines[id(self)] = (weakref.ref(self), sources.revision, engine)
+        return engine
 
     def evaluate_sync(self, path: str, document: InputDocument) -> EngineAnswer:
         """Evaluate in the calling thread (any thread)."""

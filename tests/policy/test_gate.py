@@ -1,0 +1,424 @@
+"""The policy gate: every served tool has a decision path whose settings match its schema."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import pytest
+
+from gateway import Authorization, ToolDefinition
+from gateway.policy import (
+    EmbeddedEngine,
+    PolicyAuthorizer,
+    PolicySources,
+    caller_context,
+)
+from gateway.policy._gate import GateProblem, Severity, check_policy_coverage
+from tests.policy.differential_corpus import EXAMPLE_DEFINITIONS, GOOD_ARGUMENTS
+
+POLICY_DIR: Final = Path(__file__).resolve().parents[2] / "policies"
+STRING: Final = {"type": "string"}
+NUMBER: Final = {"type": "number"}
+
+
+def tool(
+    name: str,
+    properties: Mapping[str, Any] | None = None,
+    required: Sequence[str] | None = None,
+) -> ToolDefinition:
+    """A definition; every property is required unless ``required`` says otherwise."""
+    props = dict(properties or {})
+    wanted = list(props if required is None else required)
+    schema = {"type": "object", "properties": props, "required": wanted}
+    return ToolDefinition(name, schema)
+
+
+def data(
+    tools: Mapping[str, Any],
+    roles: Mapping[str, Any] | None = None,
+    resources: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A data document; by default the role ``user`` grants every configured tool."""
+    granted = {"user": {"tools": list(tools), "limits": {"amount": 100}}}
+    config: dict[str, Any] = {
+        "cache_ttl_s": 60,
+        "roles": granted if roles is None else dict(roles),
+        "tenants": {"acme": {}},
+        "resources": {"accounts": {"a-1": "acme"}} if resources is None else dict(resources),
+        "tools": dict(tools),
+    }
+    return {"gateway": {"config": config}}
+
+
+Expected = list[tuple[str, Severity, str]]
+
+# (definitions, data, expected problems as (tool, severity, fragment of the problem)).
+CASES: Final[dict[str, tuple[list[ToolDefinition], dict[str, Any], Expected]]] = {
+    "clean": (
+        [
+            tool("read", {"path": STRING}),
+            tool("fetch", {"url": STRING}),
+            tool("query", {"q": STRING, "db": STRING}),
+            tool("run", {"cmd": STRING, "argv": {"type": "array"}}, ["cmd"]),
+            tool("pay", {"amount": NUMBER, "account": STRING}),
+            tool("note", {"tenant": STRING, "text": {}}),
+        ],
+        data(
+            {
+                "read": {"kind": "filesystem", "path_args": ["path"], "roots": ["/srv/"]},
+                "fetch": {"kind": "url", "url_args": ["url"], "hosts": ["a.example"]},
+                "query": {"kind": "sql", "sql_args": ["q"], "resource_args": {"db": "accounts"}},
+                "run": {"kind": "exec", "command_arg": "cmd", "args_arg": "argv"},
+                "pay": {
+                    "kind": "payment",
+                    "limits": [{"arg": "amount", "limit": "amount", "min": 0.5}],
+                    "resource_args": {"account": "accounts"},
+                },
+                "note": {"kind": "generic", "tenant_args": ["tenant"], "max_length": None},
+            }
+        ),
+        [],
+    ),
+    "served_tool_without_settings": (
+        [tool("ghost")],
+        data({}, roles={"user": {"tools": ["ghost"]}}),
+        [("ghost", "error", "has no settings")],
+    ),
+    "served_tool_without_settings_or_role": (
+        [tool("ghost")],
+        data({}),
+        [("ghost", "error", "has no settings"), ("ghost", "error", "no role")],
+    ),
+    "settings_not_an_object": (
+        [tool("add")],
+        data({"add": "generic"}),
+        [("add", "error", "has no settings")],
+    ),
+    "unknown_kind": (
+        [tool("add")],
+        data({"add": {"kind": "GENERIC", "url_args": ["x"]}}),
+        [("add", "error", "kind 'GENERIC' is not one of")],
+    ),
+    "missing_kind": (
+        [tool("add")],
+        data({"add": {}}),
+        [("add", "error", "kind None is not one of")],
+    ),
+    "unhashable_kind": (
+        [tool("add")],
+        data({"add": {"kind": ["generic"]}}),
+        [("add", "error", "is not one of")],
+    ),
+    "granted_by_no_role": (
+        [tool("add")],
+        data({"add": {"kind": "generic"}}, roles={"user": {"tools": ["other"]}, "x": "junk"}),
+        [("add", "error", "no role in data.gateway.config.roles grants it")],
+    ),
+    "settings_for_a_tool_not_served": (
+        [tool("add")],
+        data({"add": {"kind": "generic"}, "zeta": {"kind": "generic"}, "alpha": {}}),
+        [
+            ("alpha", "warning", "no served tool has this name"),
+            ("zeta", "warning", "no served tool has this name"),
+        ],
+    ),
+    "path_arg_not_in_schema": (
+        [tool("read", {"path": STRING})],
+        data({"read": {"kind": "filesystem", "path_args": ["file"], "roots": ["/srv/"]}}),
+        [("read", "error", "setting path_args names argument 'file', which is not a property")],
+    ),
+    "url_arg_not_in_schema": (
+        [tool("fetch", {"url": STRING})],
+        data({"fetch": {"kind": "url", "url_args": ["href"]}}),
+        [("fetch", "error", "setting url_args names argument 'href'")],
+    ),
+    "sql_arg_not_in_schema": (
+        [tool("query", {"sql": STRING})],
+        data({"query": {"kind": "sql", "sql_args": ["query"]}}),
+        [("query", "error", "setting sql_args names argument 'query'")],
+    ),
+    "command_arg_not_in_schema": (
+        [tool("run", {"command": STRING})],
+        data({"run": {"kind": "exec", "command_arg": "cmd"}}),
+        [("run", "error", "setting command_arg names argument 'cmd'")],
+    ),
+    "args_arg_not_in_schema": (
+        [tool("run", {"command": STRING})],
+        data({"run": {"kind": "exec", "command_arg": "command", "args_arg": "args"}}),
+        [("run", "error", "setting args_arg names argument 'args'")],
+    ),
+    "tenant_arg_not_in_schema": (
+        [tool("note", {"text": STRING})],
+        data({"note": {"kind": "generic", "tenant_args": ["tenant"]}}),
+        [("note", "error", "setting tenant_args names argument 'tenant'")],
+    ),
+    "resource_arg_not_in_schema": (
+        [tool("pay", {"amount": NUMBER})],
+        data(
+            {
+                "pay": {
+                    "kind": "payment",
+                    "limits": [{"arg": "amount", "limit": "amount"}],
+                    "resource_args": {"from_account": "accounts"},
+                }
+            }
+        ),
+        [("pay", "error", "setting resource_args names argument 'from_account'")],
+    ),
+    "limit_arg_not_in_schema": (
+        [tool("pay", {"amount": NUMBER})],
+        data({"pay": {"kind": "payment", "limits": [{"arg": "value", "limit": "amount"}]}}),
+        [("pay", "error", "setting limits names argument 'value'")],
+    ),
+    "argument_not_required": (
+        [tool("read", {"path": STRING}, required=[])],
+        data({"read": {"kind": "filesystem", "path_args": ["path"], "roots": ["/srv/"]}}),
+        [("read", "warning", "argument 'path' (setting path_args) is not required")],
+    ),
+    "optional_args_arg_is_fine": (
+        [tool("run", {"command": STRING, "args": {"type": "array"}}, required=["command"])],
+        data({"run": {"kind": "exec", "command_arg": "command", "args_arg": "args"}}),
+        [],
+    ),
+    "argument_of_the_wrong_type": (
+        [tool("pay", {"amount": STRING}), tool("read", {"path": {"type": ["integer", "null"]}})],
+        data(
+            {
+                "pay": {"kind": "payment", "limits": [{"arg": "amount", "limit": "amount"}]},
+                "read": {"kind": "filesystem", "path_args": ["path"], "roots": ["/srv/"]},
+            }
+        ),
+        [
+            ("pay", "error", "argument 'amount', whose schema type (string) is not"),
+            ("read", "error", "argument 'path', whose schema type (integer, null) is not string"),
+        ],
+    ),
+    "argument_that_can_never_be_given": (
+        [ToolDefinition("read", {"type": "object", "properties": {"path": False}})],
+        data({"read": {"kind": "filesystem", "path_args": ["path"], "roots": ["/srv/"]}}),
+        [
+            ("read", "error", "schema type (none) is not string"),
+            ("read", "warning", "is not required"),
+        ],
+    ),
+    "untyped_arguments_are_fine": (
+        [ToolDefinition("q", {"type": "object", "properties": {"sql": {}, "db": True}})],
+        data({"q": {"kind": "sql", "sql_args": ["sql"], "resource_args": {"db": "accounts"}}}),
+        [
+            ("q", "warning", "argument 'sql' (setting sql_args) is not required"),
+            ("q", "warning", "argument 'db' (setting resource_args) is not required"),
+        ],
+    ),
+    "integer_limit_argument_is_fine": (
+        [tool("pay", {"amount": {"type": "integer"}})],
+        data({"pay": {"kind": "payment", "limits": [{"arg": "amount", "limit": "amount"}]}}),
+        [],
+    ),
+    "required_settings_missing": (
+        [tool("read"), tool("fetch"), tool("query"), tool("run"), tool("pay")],
+        data(
+            {
+                "read": {"kind": "filesystem", "roots": None},
+                "fetch": {"kind": "url", "url_args": None},
+                "query": {"kind": "sql", "sql_args": []},
+                "run": {"kind": "exec", "command_arg": ""},
+                "pay": {"kind": "payment"},
+            }
+        ),
+        [
+            ("read", "error", "kind 'filesystem' requires setting path_args"),
+            ("read", "error", "setting roots holds no absolute directory"),
+            ("fetch", "error", "kind 'url' requires setting url_args"),
+            ("query", "error", "setting sql_args is empty"),
+            ("run", "error", "kind 'exec' requires setting command_arg"),
+            ("pay", "error", "kind 'payment' requires setting limits"),
+        ],
+    ),
+    "malformed_name_settings": (
+        [tool("note", {"tenant": STRING}), tool("run", {"command": STRING})],
+        data(
+            {
+                "note": {"kind": "generic", "tenant_args": "tenant"},
+                "run": {"kind": "exec", "command_arg": ["command"], "args_arg": 5},
+            }
+        ),
+        [
+            ("note", "error", "setting tenant_args is not an array of argument names"),
+            ("run", "error", "setting command_arg is not an argument name: every call"),
+            ("run", "error", "setting args_arg is not an argument name: the policies ignore"),
+        ],
+    ),
+    "relative_roots": (
+        [tool("read", {"path": STRING})],
+        data({"read": {"kind": "filesystem", "path_args": ["path"], "roots": ["srv/", 5]}}),
+        [("read", "error", "setting roots holds no absolute directory")],
+    ),
+    "malformed_resource_args": (
+        [tool("a", {"db": STRING}), tool("b", {"db": STRING})],
+        data(
+            {
+                "a": {"kind": "generic", "resource_args": ["db"]},
+                "b": {"kind": "generic", "resource_args": {"db": "databases"}},
+            }
+        ),
+        [
+            ("a", "error", "setting resource_args is not an object"),
+            ("b", "error", "resource kind 'databases', which data.gateway.config.resources"),
+        ],
+    ),
+    "malformed_limits": (
+        [tool("pay", {"amount": NUMBER}), tool("add", {"n": NUMBER})],
+        data(
+            {
+                "pay": {
+                    "kind": "payment",
+                    "limits": [{"arg": "amount"}, {"arg": "amount", "limit": "x", "min": None}],
+                },
+                "add": {"kind": "generic", "limits": {"arg": "n"}},
+            }
+        ),
+        [
+            ("pay", "error", "setting limits member 0 is not"),
+            ("pay", "error", "setting limits member 1 is not"),
+            ("add", "error", "setting limits is not an array"),
+        ],
+    ),
+    "empty_payment_limits": (
+        [tool("pay", {"amount": NUMBER})],
+        data({"pay": {"kind": "payment", "limits": []}}),
+        [("pay", "error", "setting limits is empty")],
+    ),
+    "limit_defined_by_no_role": (
+        [tool("pay", {"amount": NUMBER})],
+        data(
+            {"pay": {"kind": "payment", "limits": [{"arg": "amount", "limit": "amount"}]}},
+            roles={"user": {"tools": ["pay"], "limits": {"amount": "100"}}},
+        ),
+        [("pay", "error", "limit 'amount' (argument 'amount') is defined by no role:")],
+    ),
+    "limit_defined_only_by_a_role_that_does_not_grant": (
+        [tool("pay", {"amount": NUMBER})],
+        data(
+            {"pay": {"kind": "payment", "limits": [{"arg": "amount", "limit": "amount"}]}},
+            roles={"user": {"tools": ["pay"]}, "boss": {"tools": [], "limits": {"amount": 5}}},
+        ),
+        [("pay", "warning", "is defined by no role that grants the tool")],
+    ),
+    "setting_ignored_by_the_kind": (
+        [tool("add", {"url": STRING, "cmd": STRING})],
+        data({"add": {"kind": "generic", "url_args": ["url"], "command_arg": "cmd"}}),
+        [
+            ("add", "warning", "setting url_args is ignored for kind 'generic'"),
+            ("add", "warning", "setting command_arg is ignored for kind 'generic'"),
+        ],
+    ),
+    "all_of_schema": (
+        [
+            ToolDefinition(
+                "read",
+                {
+                    "type": "object",
+                    "allOf": [
+                        {"properties": {"path": STRING}, "required": ["path"]},
+                        "not-a-schema",
+                    ],
+                },
+            )
+        ],
+        data({"read": {"kind": "filesystem", "path_args": ["path"], "roots": ["/srv/"]}}),
+        [],
+    ),
+    "no_config_at_all": (
+        [tool("add")],
+        {"gateway": "nothing"},
+        [("add", "error", "has no settings"), ("add", "error", "no role")],
+    ),
+    "duplicate_definitions_are_checked_once": (
+        [tool("add"), tool("add")],
+        data({"add": {"kind": "generic"}}),
+        [],
+    ),
+}
+
+
+@pytest.mark.parametrize(("definitions", "document", "expected"), CASES.values(), ids=CASES)
+def test_gate(
+    definitions: list[ToolDefinition], document: dict[str, Any], expected: Expected
+) -> None:
+    problems = check_policy_coverage(definitions, document)
+    got = [(p.tool, p.severity) for p in problems]
+    assert got == [(name, severity) for name, severity, _ in expected], problems
+    for problem, (_, _, fragment) in zip(problems, expected, strict=True):
+        assert fragment in problem.problem
+
+
+def test_problems_are_frozen_and_default_to_errors() -> None:
+    problem = GateProblem("add", "broken")
+    assert problem.severity == "error"
+    with pytest.raises(AttributeError):
+        problem.tool = "other"  # type: ignore[misc]
+
+
+def test_the_shipped_data_covers_the_example_tools() -> None:
+    shipped = json.loads((POLICY_DIR / "data.json").read_bytes())
+    problems = check_policy_coverage(EXAMPLE_DEFINITIONS.values(), shipped)
+    assert [p for p in problems if p.severity == "error"] == []
+    assert problems == []
+
+
+# -- what the gate promises, checked on the real policies -----------------------------------
+
+
+async def _allowed(sources: PolicySources, name: str, roles: list[str]) -> bool:
+    authorizer = PolicyAuthorizer(EmbeddedEngine(sources))
+    arguments = json.dumps(GOOD_ARGUMENTS[name]).encode()
+    with caller_context(subject="alice", roles=roles, tenant="acme"):
+        decision = await authorizer.authorize(Authorization(EXAMPLE_DEFINITIONS[name], arguments))
+    return decision.allowed
+
+
+OWNERS: Final = {
+    "read_file": ["reader"],
+    "write_file": ["writer"],
+    "fetch_url": ["reader"],
+    "query_db": ["analyst"],
+    "pay": ["clerk"],
+    "run_command": ["operator"],
+    "search": ["reader"],
+    "add": ["writer"],
+}
+
+
+async def test_every_tool_that_passes_the_gate_has_an_allowed_call() -> None:
+    sources = PolicySources.from_directory(POLICY_DIR)
+    assert set(OWNERS) == set(EXAMPLE_DEFINITIONS)
+    for name, roles in OWNERS.items():
+        assert await _allowed(sources, name, roles), name
+
+
+# A gate error on a served tool means the policies deny even a well-formed call.
+BROKEN: Final[dict[str, tuple[str, str, Any]]] = {
+    "path_args_mismatch": ("read_file", "path_args", ["file"]),
+    "url_args_mismatch": ("fetch_url", "url_args", ["href"]),
+    "sql_args_mismatch": ("query_db", "sql_args", ["sql"]),
+    "command_arg_mismatch": ("run_command", "command_arg", "cmd"),
+    "tenant_args_mismatch": ("search", "tenant_args", ["tenant_id"]),
+    "resource_args_mismatch": ("query_db", "resource_args", {"db": "databases"}),
+    "limits_mismatch": ("pay", "limits", [{"arg": "value", "limit": "payment_amount"}]),
+    "unknown_kind": ("add", "kind", "math"),
+    "no_roots": ("read_file", "roots", []),
+}
+
+
+@pytest.mark.parametrize(("name", "setting", "value"), BROKEN.values(), ids=BROKEN)
+async def test_a_gate_error_means_every_call_is_denied(name: str, setting: str, value: Any) -> None:
+    shipped = PolicySources.from_directory(POLICY_DIR)
+    broken = json.loads(json.dumps(dict(shipped.data)))
+    broken["gateway"]["config"]["tools"][name][setting] = value
+    problems = check_policy_coverage(EXAMPLE_DEFINITIONS.values(), broken)
+    assert [p.tool for p in problems if p.severity == "error"] == [name]
+    sources = PolicySources(shipped.modules, broken, "broken")
+    assert not await _allowed(sources, name, OWNERS[name])
