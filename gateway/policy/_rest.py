@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import time
 import urllib.parse
 from collections.abc import Callable, Iterator
 from typing import Any, Final
@@ -386,16 +387,28 @@ class OpaRestEngineSync:
         return self._revision
 
     def _request(self, method: str, url: str, body: bytes | None = None) -> tuple[int, bytes]:
+        # requests bounds each socket read, not the whole exchange; the body is streamed and
+        # the deadline checked between chunks, so a server that drips bytes cannot hold a
+        # decision past the deadline by more than one read.
+        deadline = time.monotonic() + self._timeout
         with _translate(self._timeout):
             session = self._client._session  # noqa: SLF001 - the client's pooled session
-            response = session.request(
+            with session.request(
                 method,
                 url,
                 data=body,
                 headers=_JSON_HEADERS if body is not None else None,
                 timeout=self._timeout,
-            )
-            return response.status_code, response.content
+                stream=True,
+            ) as response:
+                chunks = []
+                for chunk in response.iter_content(chunk_size=65536):
+                    if time.monotonic() > deadline:
+                        raise EngineTimeoutError(f"OPA did not answer within {self._timeout} s")
+                    chunks.append(chunk)
+                if time.monotonic() > deadline:
+                    raise EngineTimeoutError(f"OPA did not answer within {self._timeout} s")
+                return response.status_code, b"".join(chunks)
 
     def evaluate_sync(self, path: str, document: InputDocument) -> EngineAnswer:
         """POST the input document and read the answer, blocking."""

@@ -5,15 +5,18 @@ the Authorizer protocol, ``RecordingTool`` for Tool, ``FakeClock`` for every ``c
 parameter, and ``OpaServer`` to run a real ``opa`` binary on loopback.
 """
 
+from gateway.testing._engines import UNDEFINED, StaticEngine
 from gateway.testing._fakes import FakeClock, RecordingAuthorizer, RecordingTool, StaticAuthorizer
 from gateway.testing._opa_server import OpaContainer, OpaServer, find_opa_binary
 
 __all__ = [
+    "UNDEFINED",
     "FakeClock",
     "OpaContainer",
     "OpaServer",
     "RecordingAuthorizer",
     "RecordingTool",
     "StaticAuthorizer",
+    "StaticEngine",
     "find_opa_binary",
 ]

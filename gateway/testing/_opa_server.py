@@ -294,13 +294,25 @@ class OpaServer(_OpaRestMixin):
             proc.wait()
         self._close_log()
 
-    def pause(self) -> None:
+    def pause(self, *, settle: float = 5.0) -> None:
         """Freeze OPA with SIGSTOP; connections are still accepted but never answered.
 
+        ``kill(SIGSTOP)`` returns before the signal lands, so on Linux this waits until the
+        kernel reports every OPA thread stopped (at most ``settle`` seconds).
+
         Raises:
-            RuntimeError: If OPA is not running.
+            RuntimeError: If OPA is not running, or did not stop within ``settle``.
         """
-        self._signal(self._require_running(), signal.SIGSTOP)
+        process = self._require_running()
+        self._signal(process, signal.SIGSTOP)
+        tasks = Path(f"/proc/{process.pid}/task")
+        if not tasks.is_dir():  # pragma: no cover - not Linux: nothing to wait on
+            return
+        deadline = time.monotonic() + settle
+        while not _all_stopped(tasks):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"OPA (pid {process.pid}) did not stop after SIGSTOP")
+            time.sleep(0.001)
 
     def resume(self) -> None:
         """Continue a paused OPA with SIGCONT.
@@ -600,3 +612,14 @@ class OpaContainer(_OpaRestMixin):
                 self.put_policy(str(file), file.read_text(encoding="utf-8"))
         if self._data is not None:
             self.put_data("", self._data)
+
+
+def _all_stopped(tasks: Path) -> bool:
+    states = set()
+    for thread in tasks.iterdir():
+        try:
+            # The state follows the parenthesised command name (which may hold spaces).
+            states.add((thread / "stat").read_text().rsplit(")", 1)[1].split()[0])
+        except (FileNotFoundError, ProcessLookupError):  # a thread that just exited
+            continue
+    return states <= {"T", "t"}
