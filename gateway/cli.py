@@ -2,7 +2,8 @@
 
 ``gateway serve`` runs the HTTP service; ``gateway check`` takes one call through admission
 and policy without running it; ``gateway audit verify PATH...`` exits 0 on an intact trail
-and 1 naming the first bad record. Every command has ``--help``.
+and 1 naming the first bad record; ``gateway mcp`` serves the tools, and the configured
+upstream MCP servers' tools, over MCP (stdio or HTTP). Every command has ``--help``.
 """
 
 from __future__ import annotations
@@ -44,7 +45,11 @@ EXIT_USAGE = 2
 
 
 def _verify(args: argparse.Namespace) -> int:
-    key = Path(args.key_file).read_bytes().strip() if args.key_file else None
+    try:
+        key = Path(args.key_file).read_bytes().strip() if args.key_file else None
+    except OSError as exc:
+        print(f"gateway audit verify: cannot read the key file: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     paths = [Path(p) for p in args.paths]
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
@@ -52,7 +57,11 @@ def _verify(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     files = trail_files(paths[0]) if len(paths) == 1 and not args.exact else paths
     head = head_path(files[-1]) if files else None
-    result = verify(files, key=key, head=None if args.no_head else head)
+    try:
+        result = verify(files, key=key, head=None if args.no_head else head)
+    except OSError as exc:  # a directory, an unreadable file: nothing was verified
+        print(f"gateway audit verify: cannot read the trail: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     if result.ok:
         print(f"ok: {result.records} records in {len(files)} file(s), last hash {result.last_hash}")
         return EXIT_OK
@@ -71,20 +80,21 @@ class _UsageError(Exception):
     pass
 
 
+def _refusal(code: str, message: str) -> dict[str, object]:
+    # Every answer has the same members, so scripts can read any of them.
+    return {"allow": False, "code": code, "message": message, "reasons": [], "decision_id": None}
+
+
 async def _decide(args: argparse.Namespace) -> tuple[int, dict[str, object]]:
     config = load_config(args.config)
     tools = Registry(*expand(load_tools(config)))
     binding = tools.resolve(args.tool)
     if binding is None:
-        return EXIT_USAGE, {
-            "allow": False,
-            "code": "unknown_tool",
-            "message": f"unknown tool {args.tool!r}",
-        }
+        return EXIT_USAGE, _refusal("unknown_tool", f"unknown tool {args.tool!r}")
     try:
         invocation = binding.prepare(ToolCall("check", args.tool, args.arguments))
     except InvalidInvocationError as exc:
-        return EXIT_USAGE, {"allow": False, "code": "invalid_arguments", "message": str(exc)}
+        return EXIT_USAGE, _refusal("invalid_arguments", str(exc))
     context = _load_json(args.context, "--context") if args.context else {}
     if not isinstance(context, dict):
         raise _UsageError("--context must be a JSON object")
@@ -98,12 +108,7 @@ async def _decide(args: argparse.Namespace) -> tuple[int, dict[str, object]]:
                 Authorization(binding.definition, invocation.arguments)
             )
     except PolicyError as exc:
-        return EXIT_USAGE, {
-            "allow": False,
-            "code": exc.code,
-            "message": "no policy decision",
-            "detail": exc.detail,
-        }
+        return EXIT_USAGE, {**_refusal(exc.code, "no policy decision"), "detail": exc.detail}
     finally:
         if isinstance(engine, OpaRestEngine):
             await engine.close()
@@ -145,6 +150,24 @@ def _serve(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     uvicorn.run(service.app, host=host, port=port, log_level=args.log_level, access_log=False)
+    return EXIT_OK
+
+
+def _mcp(args: argparse.Namespace) -> int:
+    from gateway.mcp import run_mcp  # noqa: PLC0415 - only this command needs the MCP SDK
+
+    try:
+        config = load_config(args.config)
+        run_mcp(
+            config,
+            transport=args.transport,
+            host=args.host,
+            port=args.port,
+            log_level=args.log_level,
+        )
+    except (ConfigError, GatewayError) as exc:
+        print(f"gateway mcp: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     return EXIT_OK
 
 
@@ -196,6 +219,21 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="listen port (default: server.port)")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.set_defaults(handler=_serve)
+
+    mcp = commands.add_parser(
+        "mcp",
+        help="serve the tools (and [[mcp.upstreams]] servers) over MCP, behind the policy",
+        description="Serve MCP over stdio (caller context: mcp.stdio_context, for a local, "
+        "trusted launcher) or streamable HTTP at /mcp (callers authenticate as in [auth]).",
+    )
+    mcp.add_argument("--config", required=True, help="the service's TOML configuration")
+    mcp.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    mcp.add_argument("--host", help="HTTP listen address (default: server.host)")
+    mcp.add_argument("--port", type=int, help="HTTP listen port (default: server.port)")
+    mcp.add_argument(
+        "--log-level", default="warning", choices=["debug", "info", "warning", "error"]
+    )
+    mcp.set_defaults(handler=_mcp)
     return parser
 
 

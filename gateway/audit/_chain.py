@@ -13,20 +13,62 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final
-
-from gateway import _json
 
 GENESIS: Final = "0" * 64
 
 
-def record_hash(record: dict[str, Any], prev: str, key: bytes | None = None) -> str:
+def _plain(value: object) -> float:
+    # Records hold plain JSON; an exact Decimal is written as the float a reader gets back.
+    if isinstance(value, Decimal) and value.is_finite():
+        return float(value)
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def encode(record: Mapping[str, Any]) -> bytes:
+    """The canonical line form of a record: sorted keys, compact, UTF-8, no NaN.
+
+    The C encoder makes this cheap on the writer thread; a reader decodes with
+    :func:`decode` (floats, as the writer saw) and re-encodes to exactly the same bytes.
+    """
+    return json.dumps(
+        record,
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        allow_nan=False,
+        default=_plain,
+    ).encode("utf-8")
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    members = dict(pairs)
+    if len(members) != len(pairs):
+        raise ValueError("duplicate member name")
+    return members
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def decode(line: bytes) -> Any:
+    """Read one record line strictly (duplicates and NaN refused).
+
+    Raises:
+        ValueError: the line is not one strict JSON value.
+    """
+    return json.loads(line, object_pairs_hook=_unique, parse_constant=_no_constant)
+
+
+def record_hash(record: Mapping[str, Any], prev: str, key: bytes | None = None) -> str:
     """The hash of a record (its ``hash`` member excluded) chained to ``prev``."""
     body = {name: value for name, value in record.items() if name != "hash"}
-    payload = prev.encode("ascii") + b"\n" + _json.canonical(body)
+    payload = prev.encode("ascii") + b"\n" + encode(body)
     if key is not None:
         return hmac.new(key, payload, hashlib.sha256).hexdigest()
     return hashlib.sha256(payload).hexdigest()
@@ -80,8 +122,8 @@ def _check(  # noqa: PLR0911 - one early return per way a record can be bad
     if not line.endswith(b"\n"):
         return "truncated record", prev
     try:
-        record = _json.parse(line, max_depth=256)
-    except _json.StrictJSONError as exc:
+        record = decode(line)
+    except (ValueError, RecursionError) as exc:
         return f"malformed record ({exc})", prev
     if not isinstance(record, dict):
         return "malformed record", prev
@@ -98,17 +140,34 @@ def _check(  # noqa: PLR0911 - one early return per way a record can be bad
     return None, str(record["hash"])
 
 
-def _check_head(head: Path, last_seq: int, last_hash: str) -> str | None:
+def _check_head(
+    head: Path, last_seq: int, last_hash: str, last_line: tuple[Path, int] | None
+) -> str | None:
     try:
-        seq, digest = json.loads(head.read_text(encoding="utf-8"))
-    except (ValueError, TypeError) as exc:
+        value = json.loads(head.read_text(encoding="utf-8"))
+    except ValueError as exc:
         return f"{head}: unreadable head ({exc})"
+    if not (
+        isinstance(value, list)
+        and len(value) == 2
+        and type(value[0]) is int
+        and isinstance(value[1], str)
+    ):
+        return f"{head}: unreadable head (expected [seq, hash])"
+    seq, digest = value
     # The head trails the file by at most one batch after a crash, so only a chain that
-    # ends before the head, or a different hash at the same record, is tampering.
-    if seq > last_seq or (seq == last_seq and digest != last_hash):
+    # ends before the head, or a different hash at the same record, is tampering. Either
+    # way the message names where the first bad record is (or should be).
+    path, number = last_line if last_line is not None else (head, 0)
+    if seq > last_seq:
         return (
-            f"{head}: trail ends at record {last_seq} but the head says {seq} "
-            "(records were truncated)"
+            f"{path}:{number + 1}: record {last_seq + 1} is missing: the trail ends at record "
+            f"{last_seq} but the head {head} says {seq} (records were truncated)"
+        )
+    if seq == last_seq and digest != last_hash:
+        return (
+            f"{path}:{max(number, 1)}: record {seq} does not match the head {head} "
+            "(the last record was replaced)"
         )
     return None
 
@@ -123,16 +182,20 @@ def verify(
         key: the HMAC key, when the trail was written with one.
         head: the head file to compare the end of the chain with (truncation check).
     """
+    files = list(paths)
     prev = GENESIS
     count = 0
-    for path, number, line in _lines(paths):
+    # Where the last line read is: a missing record is named as the line after it.
+    last_line: tuple[Path, int] | None = (files[0], 0) if files else None
+    for path, number, line in _lines(files):
+        last_line = (path, number)
         problem, digest = _check(line, count + 1, prev, key)
         if problem is not None:
             return VerifyResult(False, count, f"{path}:{number}: {problem}", count, prev)
         prev = digest
         count += 1
     if head is not None and head.exists():
-        problem = _check_head(head, count, prev)
+        problem = _check_head(head, count, prev, last_line)
         if problem is not None:
             return VerifyResult(False, count, problem, count, prev)
     return VerifyResult(True, count, None, count, prev)

@@ -14,6 +14,8 @@ import secrets
 from collections.abc import Iterable
 from typing import Any, Final
 
+from gateway import _json
+
 #: Key names masked by default, compared case-insensitively without ``-``/``_``.
 DEFAULT_MASKED_KEYS: Final = frozenset(
     {
@@ -73,8 +75,16 @@ class Masker:
         self._key = key if key is not None else secrets.token_bytes(32)
 
     def digest(self, value: Any) -> str:
-        """The replacement text for one value."""
-        text = value if isinstance(value, str) else repr(value)
+        """The replacement text for one value (a non-string by its canonical JSON)."""
+        if isinstance(value, str):
+            text = value
+        else:
+            # Canonical JSON, so that equal objects give equal digests whatever their
+            # member order; repr() only for values that are not JSON.
+            try:
+                text = _json.canonical(value).decode("utf-8")
+            except (_json.StrictJSONError, UnicodeError):
+                text = repr(value)
         mac = hmac.new(self._key, text.encode("utf-8", "surrogatepass"), hashlib.sha256)
         return "masked:" + mac.hexdigest()[:24]
 

@@ -20,9 +20,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final, Protocol, runtime_checkable
 
-from gateway import _json
 from gateway._errors import GatewayError
-from gateway.audit._chain import GENESIS, head_path, record_hash, trail_files
+from gateway.audit._chain import GENESIS, encode, head_path, record_hash, trail_files
 
 _MAX_GROUP: Final = 512
 
@@ -102,7 +101,7 @@ class MemorySink:
     def lines(self) -> list[bytes]:
         """The records as the file sink would write them."""
         with self._lock:
-            return [_json.canonical(record) + b"\n" for record in self.records]
+            return [encode(record) + b"\n" for record in self.records]
 
     def close(self) -> None:
         """Nothing to release."""
@@ -204,12 +203,14 @@ class JsonlFileSink:
     def submit(self, record: Mapping[str, Any]) -> concurrent.futures.Future[dict[str, Any]]:
         """Queue a record for the writer thread; never blocks on I/O."""
         future: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
-        if self._closed:
-            future.set_exception(AuditWriteError("audit sink is closed"))
-        elif self._broken is not None:
-            future.set_exception(AuditWriteError("audit sink failed earlier; trail is closed"))
-        else:
-            self._queue.put((dict(record), future))
+        # Under the close lock: a record queued after the stop marker would never resolve.
+        with self._close_lock:
+            if self._closed:
+                future.set_exception(AuditWriteError("audit sink is closed"))
+            elif self._broken is not None:
+                future.set_exception(AuditWriteError("audit sink failed earlier; trail is closed"))
+            else:
+                self._queue.put((dict(record), future))
         return future
 
     def _run(self) -> None:
@@ -241,7 +242,7 @@ class JsonlFileSink:
             return
         try:
             chained = [self._chainer.chain(record) for record, _ in group]
-            payload = b"".join(_json.canonical(record) + b"\n" for record in chained)
+            payload = b"".join(encode(record) + b"\n" for record in chained)
             view = memoryview(payload)
             while view:
                 written = os.write(self._fd, view)

@@ -17,17 +17,24 @@ Calls refused before any tool (unknown tool, invalid arguments) are recorded wit
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import dataclasses
 import datetime
 import hashlib
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from gateway import _json
-from gateway._authorization import Authorization, AuthorizationError, Authorizer, Decision
+from gateway._authorization import (
+    Authorization,
+    AuthorizationError,
+    Authorizer,
+    Decision,
+    MalformedDecisionError,
+)
 from gateway._call import ToolCall
 from gateway._contract import Invocation, Tool
 from gateway._definition import ToolDefinition
@@ -44,6 +51,8 @@ class _Slot:
     call_id: str | None
     decision_id: str | None = None
     result: str | None = None
+    # The raw masked values of the call, scrubbed from its outcome record too.
+    secrets: list[str] = dataclasses.field(default_factory=list)
 
 
 _SLOT: contextvars.ContextVar[_Slot | None] = contextvars.ContextVar(
@@ -120,10 +129,14 @@ class AuditTrail:
         decision: Decision | None,
         error: BaseException | None,
         latency: float,
+        secrets: list[str] | None = None,
     ) -> tuple[str, dict[str, Any]]:
-        """The decision record for one authorization, and its decision id."""
+        """The decision record for one authorization, and its decision id.
+
+        The raw values that were masked are appended to ``secrets`` when it is given.
+        """
         decision_id = (decision.decision_id if decision else None) or self._new_id()
-        found: list[str] = []
+        found: list[str] = secrets if secrets is not None else []
         digest, arguments, context = self._masked(authorization.arguments, found)
         record = self._base("decision", authorization.definition.name, call_id, decision_id)
         if decision is not None:
@@ -158,8 +171,9 @@ class AuditTrail:
         code: str | None,
         latency: float,
         message: str | None = None,
+        secrets: Iterable[str] = (),
     ) -> dict[str, Any]:
-        """The outcome record of one call."""
+        """The outcome record of one call, with ``secrets`` scrubbed from its message."""
         record = self._base("outcome", definition.name, call_id, decision_id or self._new_id())
         record.update(
             {
@@ -169,7 +183,7 @@ class AuditTrail:
                 "latency_us": round(latency * 1e6),
             }
         )
-        return record
+        return self._masker.scrub(record, secrets)  # type: ignore[no-any-return]
 
     def refusal(self, call: ToolCall, *, code: str, message: str) -> asyncio.Future[dict[str, Any]]:
         """Record a call refused before any tool ran (unknown tool, invalid arguments).
@@ -182,6 +196,11 @@ class AuditTrail:
             else bytes(call.arguments)
         )
         found: list[str] = []
+        if len(raw) <= _json.DEFAULT_MAX_ARGUMENT_BYTES:
+            # The arguments are not recorded, but the message may quote them (a schema
+            # error citing a value): find the masked values so that they are scrubbed.
+            with contextlib.suppress(_json.StrictJSONError):
+                self._masker.mask(_json.parse(raw), found)
         context = _json.to_plain(self._masker.mask(current_caller().as_dict(), found))
         record = {
             "type": "outcome",
@@ -239,13 +258,14 @@ class AuditingAuthorizer:
         elif isinstance(result, Decision) and result.well_formed():
             decision = result
         elif error is None:
-            error = _MalformedDecisionError(f"authorizer returned {type(result).__name__}")
+            error = MalformedDecisionError(f"authorizer returned {type(result).__name__}")
         decision_id, record = self._trail.decision_record(
             authorization,
             call_id=slot.call_id if slot else None,
             decision=decision,
             error=error,
             latency=self._trail.timer() - started,
+            secrets=slot.secrets if slot else None,
         )
         if slot is not None:
             slot.decision_id = decision_id
@@ -260,10 +280,6 @@ class AuditingAuthorizer:
             raise error
         assert decision is not None  # noqa: S101 - exhaustive above
         return dataclasses.replace(decision, decision_id=decision_id)
-
-
-class _MalformedDecisionError(Exception):
-    code = "malformed_decision"
 
 
 class AuditedTool:
@@ -317,6 +333,7 @@ class AuditedTool:
                 code=code,
                 message=message,
                 latency=self._trail.timer() - started,
+                secrets=slot.secrets,
             )
             # Submitted, not awaited: a cancelled call must still get its record.
             self._trail.sink.submit(record)
