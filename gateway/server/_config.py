@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import os
+import re
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -15,10 +16,13 @@ from pathlib import Path
 from typing import Any, Final
 
 from gateway._errors import GatewayError
+from gateway.policy import normalize_path
 
 _ENGINES: Final = ("embedded", "opa")
 _FSYNC: Final = ("always", "batch", "none")
 _ALGORITHMS: Final = ("HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "ES256", "ES384")
+_UPSTREAM_NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_TOOL_PREFIX: Final = re.compile(r"[A-Za-z0-9_-]{0,63}")
 
 
 class ConfigError(GatewayError, ValueError):
@@ -104,6 +108,38 @@ class ServerConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class McpUpstreamConfig:
+    """One upstream MCP server whose tools are served behind the policy (``[[mcp.upstreams]]``).
+
+    Exactly one of ``command`` (a local server spoken to over stdio; ``args``, ``env`` and
+    ``cwd`` go with it) or ``url`` (streamable HTTP; ``headers`` go with it). ``prefix`` is
+    prepended verbatim to every imported tool name (``"fs__"`` makes ``fs__read_file``).
+    """
+
+    name: str
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: Path | None = None
+    url: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    prefix: str = ""
+    timeout_s: float = 60.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class McpConfig:
+    """The MCP surface (``[mcp]``): the stdio caller context and the upstream servers.
+
+    ``stdio_context`` is the caller context of every call made over the stdio transport,
+    whose launcher is local and trusted; over HTTP, callers authenticate as in ``[auth]``.
+    """
+
+    stdio_context: Mapping[str, Any] | None = None
+    upstreams: tuple[McpUpstreamConfig, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GatewayConfig:
     """The whole configuration."""
 
@@ -113,6 +149,7 @@ class GatewayConfig:
     auth: AuthConfig
     server: ServerConfig
     tools: tuple[str, ...]
+    mcp: McpConfig = field(default_factory=McpConfig)
     source: Path | None = None
 
 
@@ -179,6 +216,13 @@ def _engine(data: Mapping[str, Any], base: Path) -> EngineConfig:
             raise ConfigError(f"engine.policies: {policies} is not a directory")
     elif url is None or not url.startswith(("http://", "https://")):
         raise ConfigError("engine.url: required for the opa engine (http(s)://host:port)")
+    decision_path = _get(data, "decision_path", str, "gateway/authz/decision", where)
+    try:
+        normalize_path(decision_path)
+    except ValueError:
+        raise ConfigError(
+            f"engine.decision_path: {decision_path!r} is not a path like gateway/authz/decision"
+        ) from None
     return EngineConfig(
         kind=kind,
         policies=policies,
@@ -187,7 +231,7 @@ def _engine(data: Mapping[str, Any], base: Path) -> EngineConfig:
             float(_get(data, "timeout_s", (int, float), 1.0, where)), "engine.timeout_s"
         ),
         revision_interval_s=float(_get(data, "revision_interval_s", (int, float), 5.0, where)),
-        decision_path=_get(data, "decision_path", str, "gateway/authz/decision", where),
+        decision_path=decision_path,
     )
 
 
@@ -323,8 +367,10 @@ def _jwt(data: Mapping[str, Any], base: Path) -> JwtConfig:
         raise ConfigError("auth.jwt.claims: must map context fields to claim names")
     audience = _get(data, "audience", str, None, where)
     issuer = _get(data, "issuer", str, None, where)
-    if audience is None or issuer is None:
-        raise ConfigError("auth.jwt.issuer: issuer and audience are both required")
+    if issuer is None:
+        raise ConfigError("auth.jwt.issuer: required (tokens from any issuer would pass)")
+    if audience is None:
+        raise ConfigError("auth.jwt.audience: required (tokens for any service would pass)")
     return JwtConfig(
         algorithms=algorithms,
         secret=secret,
@@ -362,6 +408,81 @@ def _server(data: Mapping[str, Any]) -> ServerConfig:
     )
 
 
+def _string_table(data: Mapping[str, Any], key: str, where: str) -> dict[str, str]:
+    value = data.get(key, {})
+    if not isinstance(value, Mapping) or not all(isinstance(v, str) for v in value.values()):
+        raise ConfigError(f"{where}{key}: must be a table of strings")
+    return dict(value)
+
+
+def _upstream(entry: Any, index: int, base: Path) -> McpUpstreamConfig:
+    where = f"mcp.upstreams[{index}]."
+    if not isinstance(entry, Mapping):
+        raise ConfigError(f"mcp.upstreams[{index}]: must be a table")
+    _known(
+        entry,
+        ("name", "command", "args", "env", "cwd", "url", "headers", "prefix", "timeout_s"),
+        where,
+    )
+    name = _get(entry, "name", str, None, where)
+    if name is None or _UPSTREAM_NAME.fullmatch(name) is None:
+        raise ConfigError(f"{where}name: required, 1-64 characters of [A-Za-z0-9_-]")
+    command = _get(entry, "command", str, None, where)
+    url = _get(entry, "url", str, None, where)
+    if (command is None) == (url is None):
+        raise ConfigError(f"{where}command: set exactly one of command (stdio) or url (HTTP)")
+    if command is not None and not command.strip():
+        raise ConfigError(f"{where}command: must not be empty")
+    if url is not None:
+        if not url.startswith(("http://", "https://")):
+            raise ConfigError(f"{where}url: must be an http(s):// URL")
+        for key in ("args", "env", "cwd"):
+            if key in entry:
+                raise ConfigError(f"{where}{key}: only for a command upstream, not a url")
+    elif "headers" in entry:
+        raise ConfigError(f"{where}headers: only for a url upstream, not a command")
+    prefix = _get(entry, "prefix", str, "", where)
+    if _TOOL_PREFIX.fullmatch(prefix) is None:
+        raise ConfigError(f"{where}prefix: must be 0-63 characters of [A-Za-z0-9_-]")
+    return McpUpstreamConfig(
+        name=name,
+        command=command,
+        args=_strings(entry, "args", where),
+        env=_string_table(entry, "env", where),
+        cwd=_path(base, _get(entry, "cwd", str, None, where)),
+        url=url,
+        headers=_string_table(entry, "headers", where),
+        prefix=prefix,
+        timeout_s=_positive(
+            float(_get(entry, "timeout_s", (int, float), 60.0, where)), f"{where}timeout_s"
+        ),
+    )
+
+
+def _mcp(data: Mapping[str, Any], base: Path) -> McpConfig:
+    where = "mcp."
+    _known(data, ("stdio_context", "upstreams"), where)
+    context = _get(data, "stdio_context", Mapping, None, where)
+    if context is not None and (
+        not isinstance(context.get("subject"), str) or not context["subject"].strip()
+    ):
+        raise ConfigError("mcp.stdio_context: must be a table with a non-blank string subject")
+    entries = data.get("upstreams", [])
+    if not isinstance(entries, list):
+        raise ConfigError("mcp.upstreams: must be an array of tables")
+    upstreams: list[McpUpstreamConfig] = []
+    for index, entry in enumerate(entries):
+        upstream = _upstream(entry, index, base)
+        if any(other.name == upstream.name for other in upstreams):
+            raise ConfigError(
+                f"mcp.upstreams[{index}].name: duplicate upstream name {upstream.name!r}"
+            )
+        upstreams.append(upstream)
+    return McpConfig(
+        stdio_context=dict(context) if context is not None else None, upstreams=tuple(upstreams)
+    )
+
+
 def parse_config(
     data: Mapping[str, Any], *, base: Path, source: Path | None = None
 ) -> GatewayConfig:
@@ -370,11 +491,12 @@ def parse_config(
     Raises:
         ConfigError: the first invalid key, named in the message.
     """
-    _known(data, ("engine", "cache", "audit", "auth", "server", "tools"), "")
+    _known(data, ("engine", "cache", "audit", "auth", "server", "tools", "mcp"), "")
     tools = _table(data, "tools", "")
     _known(tools, ("modules",), "tools.")
     modules = _strings(tools, "modules", "tools.")
-    if not modules:
+    mcp = _mcp(_table(data, "mcp", ""), base)
+    if not modules and not mcp.upstreams:  # an MCP-only gateway serves its upstreams' tools
         raise ConfigError('tools.modules: list at least one "module:attribute"')
     for entry in modules:
         if entry.count(":") != 1:
@@ -386,6 +508,7 @@ def parse_config(
         auth=_auth(_table(data, "auth", ""), base),
         server=_server(_table(data, "server", "")),
         tools=modules,
+        mcp=mcp,
         source=source,
     )
 

@@ -1,0 +1,286 @@
+"""The MCP front: a :class:`~gateway.server.Gateway` served as an MCP server.
+
+``tools/list`` answers the gateway's definitions (name, description, input schema).
+``tools/call`` goes through :meth:`Gateway.call` exactly like the HTTP API: admission by the
+tool's contract, the policy decision, the audit trail. Every refusal is a tool result with
+``isError: true`` whose only text is the public message of :class:`CallResult` (an unknown
+tool, invalid arguments, a denial, no decision, an audit failure); it is never a protocol
+error and never "tool not found". ``_meta`` carries the stable result ``gateway/code`` and
+the ``gateway/decision_id``.
+
+Who is calling:
+
+- over streamable HTTP, every request is authenticated by an ASGI layer in front of the SDK
+  with the HTTP service's :class:`~gateway.server.Authenticator` (API keys, JWT); without
+  valid credentials the answer is 401 before the MCP layer sees the request. The caller
+  context is put in the request's ASGI scope, and each tool call reads it from the request
+  the SDK hands to the handler (``ctx.request``), so it is per request, not per session;
+- over stdio, the launcher is local and trusted: every call gets the configured
+  ``stdio_context`` (``[mcp] stdio_context``);
+- otherwise (an in-process client, a transport without the authenticating layer) the
+  context is empty, which the shipped policies deny.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import json
+import logging
+import re
+import uuid
+from collections.abc import Mapping
+from typing import Any, Final
+
+import mcp_types as types
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+from starlette.datastructures import Headers
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from gateway import _json
+from gateway._call import ToolCall
+from gateway._output import ToolOutput
+from gateway.mcp._content import gateway_version, structured, to_blocks
+from gateway.policy import EMPTY_CONTEXT, CallerContext, caller_context
+from gateway.server._auth import Authenticator, AuthFailure
+from gateway.server._gateway import CallResult, Gateway
+
+_LOG: Final = logging.getLogger("gateway.mcp")
+#: The ASGI scope key holding the authenticated caller context of an HTTP request.
+CALLER_SCOPE_KEY: Final = "gateway.caller"
+_REQUEST_ID: Final = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+_UNSET: Final = object()
+# Arguments that are not a JSON object, kept aside so that the SDK's own params validation
+# (which would answer with a protocol error) lets the call reach the gateway's admission.
+_RAW_ARGUMENTS: contextvars.ContextVar[object] = contextvars.ContextVar(
+    "gateway_mcp_raw_arguments", default=_UNSET
+)
+
+
+class _NonObjectArguments:
+    """Server middleware: let a ``tools/call`` with non-object arguments reach the handler.
+
+    The handler then refuses it through the gateway (an audited ``invalid_arguments``)
+    instead of the SDK answering a protocol error.
+    """
+
+    async def __call__(
+        self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
+        params = ctx.params
+        if (
+            ctx.method == "tools/call"
+            and isinstance(params, Mapping)
+            and params.get("arguments") is not None
+            and not isinstance(params.get("arguments"), Mapping)
+        ):
+            token = _RAW_ARGUMENTS.set(params["arguments"])
+            try:
+                rest = {key: value for key, value in params.items() if key != "arguments"}
+                return await call_next(dataclasses.replace(ctx, params=rest))
+            finally:
+                _RAW_ARGUMENTS.reset(token)
+        return await call_next(ctx)
+
+
+def _encode_arguments(arguments: object) -> bytes:
+    if arguments is None:
+        return b"{}"
+    try:
+        return _json.canonical(arguments)
+    except (_json.StrictJSONError, UnicodeError, RecursionError):
+        # Non-finite numbers or lone surrogates: encode them so that admission refuses them.
+        return json.dumps(arguments, ensure_ascii=True, allow_nan=True, default=repr).encode()
+
+
+def _meta(result: CallResult) -> dict[str, Any]:
+    meta: dict[str, Any] = {"gateway/code": result.code}
+    if result.decision_id is not None:
+        meta["gateway/decision_id"] = result.decision_id
+    return meta
+
+
+def to_call_result(result: CallResult) -> types.CallToolResult:
+    """The MCP tool result for a gateway call result.
+
+    A successful call carries the output's content (and its JSON details as structured
+    content when they are an object, also as text when there is no other content). Anything
+    else is ``isError`` with public text only: a tool's own Failure output, or the
+    refusal's message.
+    """
+    if result.ok or result.is_tool_failure:
+        output = result.output or ToolOutput()
+        blocks = to_blocks(output)
+        if not blocks and output.details is not None:
+            blocks = [types.TextContent(text=output.details.decode("utf-8"))]
+        if not blocks and not result.ok:
+            blocks = [types.TextContent(text=result.message or "the tool failed")]
+        return types.CallToolResult(
+            content=blocks,
+            structured_content=structured(output),
+            is_error=not result.ok,
+            _meta=_meta(result),
+        )
+    return types.CallToolResult(
+        content=[types.TextContent(text=result.message or result.code)],
+        is_error=True,
+        _meta=_meta(result),
+    )
+
+
+class McpFront:
+    """A gateway served over MCP (stdio or streamable HTTP).
+
+    Args:
+        gateway: the call pipeline; replace it with :attr:`gateway` when the tools change.
+        authenticator: authenticates HTTP requests (required for :meth:`http_app`).
+        stdio_context: the caller context of stdio calls (required for :meth:`serve_stdio`).
+        name: the server name told to clients.
+    """
+
+    def __init__(
+        self,
+        gateway: Gateway,
+        *,
+        authenticator: Authenticator | None = None,
+        stdio_context: CallerContext | None = None,
+        name: str = "gateway",
+    ) -> None:
+        self._gateway = gateway
+        self._authenticator = authenticator
+        self._stdio_context = stdio_context
+        self.server: Server[Any] = Server(
+            name,
+            version=gateway_version(),
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+            get_tool_input_schema=self._input_schema,
+        )
+        self.server.middleware.append(_NonObjectArguments())
+
+    @property
+    def gateway(self) -> Gateway:
+        """The gateway served now (each call uses the one current when it arrives)."""
+        return self._gateway
+
+    @gateway.setter
+    def gateway(self, gateway: Gateway) -> None:
+        self._gateway = gateway
+
+    async def _list_tools(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        tools = [
+            types.Tool(
+                name=definition.name,
+                description=definition.description or None,
+                input_schema=json.loads(definition.input_schema_json),
+            )
+            for definition in self._gateway.definitions()
+        ]
+        return types.ListToolsResult(tools=tools)
+
+    def _input_schema(self, name: str) -> Mapping[str, Any] | None:
+        binding = self._gateway.registry.resolve(name)
+        if binding is None:
+            return None
+        schema: dict[str, Any] = json.loads(binding.definition.input_schema_json)
+        return schema
+
+    def _caller(self, ctx: ServerRequestContext[Any, Any]) -> CallerContext:
+        request = ctx.request
+        if request is not None:
+            scope = getattr(request, "scope", None)
+            caller = scope.get(CALLER_SCOPE_KEY) if isinstance(scope, Mapping) else None
+            return caller if isinstance(caller, CallerContext) else EMPTY_CONTEXT
+        return self._stdio_context or EMPTY_CONTEXT
+
+    async def _call_tool(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        raw = _RAW_ARGUMENTS.get()
+        arguments = _encode_arguments(params.arguments if raw is _UNSET else raw)
+        call = ToolCall(f"mcp-{uuid.uuid4().hex}", params.name, arguments)
+        gateway = self._gateway
+        with caller_context(self._caller(ctx)):
+            result = await gateway.call(call)
+        return to_call_result(result)
+
+    async def serve_stdio(self) -> None:
+        """Serve over this process's stdin and stdout until stdin closes.
+
+        Raises:
+            ValueError: no ``stdio_context`` was given.
+        """
+        if self._stdio_context is None:
+            raise ValueError("mcp.stdio_context: required for the stdio transport")
+        async with stdio_server() as (read_stream, write_stream):
+            await self.server.run(
+                read_stream, write_stream, self.server.create_initialization_options()
+            )
+
+    def http_app(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        path: str = "/mcp",
+        max_body_bytes: int = 2 * 1024 * 1024,
+    ) -> ASGIApp:
+        """A fresh streamable HTTP ASGI app at ``path``, every request authenticated.
+
+        ``host`` is where it listens: on a loopback address the SDK's DNS-rebinding
+        protection is on. Build a new app for every server run (the SDK's session manager
+        runs once).
+
+        Raises:
+            ValueError: no authenticator was given.
+        """
+        if self._authenticator is None:
+            raise ValueError("an authenticator is required to serve MCP over HTTP")
+        app = self.server.streamable_http_app(
+            streamable_http_path=path, host=host, max_request_body_size=max_body_bytes
+        )
+        return AuthenticatingApp(app, self._authenticator)
+
+
+class AuthenticatingApp:
+    """ASGI layer: authenticates every HTTP request (401 otherwise) before the inner app.
+
+    The caller context (with the request id) is put in the scope under
+    :data:`CALLER_SCOPE_KEY` and set as the current caller context around the inner app.
+    """
+
+    def __init__(self, app: ASGIApp, authenticator: Authenticator) -> None:
+        self._app = app
+        self._auth = authenticator
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        given = headers.get("x-request-id")
+        request_id = (
+            given if given is not None and _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+        )
+        try:
+            context = self._auth.authenticate(headers)
+        except AuthFailure as failure:
+            _LOG.info("unauthenticated MCP request %s: %s", request_id, failure.detail)
+            response = JSONResponse(
+                {
+                    "code": failure.code,
+                    "message": "authentication required",
+                    "request_id": request_id,
+                },
+                status_code=401,
+                headers={"WWW-Authenticate": 'Bearer realm="gateway"', "X-Request-ID": request_id},
+            )
+            await response(scope, receive, send)
+            return
+        context = self._auth.with_request_id(context, request_id)
+        with caller_context(context):
+            await self._app({**scope, CALLER_SCOPE_KEY: context}, receive, send)

@@ -1,0 +1,224 @@
+"""The MCP service assembled from a configuration: policy, audit, tools, upstreams, front.
+
+It serves the configured ``tools.modules`` and the tools of every ``[[mcp.upstreams]]``
+server through one :class:`~gateway.server.Gateway` (one authorizer, one audit trail).
+Whenever an upstream's tool list changes (:meth:`McpService.refresh`, or a reconnection that
+finds a different list), the gateway is rebuilt from the current tools and the front
+switches to it; calls already in flight finish on the gateway they started on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+from types import TracebackType
+from typing import Final, Literal, Self, TextIO
+
+import uvicorn
+
+from gateway._contract import Tool
+from gateway.audit import AuditTrail, JsonlFileSink, Masker
+from gateway.audit._mask import DEFAULT_MASKED_KEYS
+from gateway.mcp._front import McpFront
+from gateway.mcp._upstream import UpstreamSet
+from gateway.policy import (
+    CallerContext,
+    DecisionCache,
+    OpaRestEngine,
+    PolicyAuthorizer,
+    PolicyEngine,
+)
+from gateway.server._auth import Authenticator
+from gateway.server._config import ConfigError, GatewayConfig
+from gateway.server._gateway import Gateway, expand
+from gateway.server._metrics import GatewayMetrics
+from gateway.server._service import build_engine, load_tools
+
+_LOG: Final = logging.getLogger("gateway.mcp")
+
+Transport = Literal["stdio", "http"]
+
+
+class McpService:
+    """Everything ``gateway mcp`` runs, built from a configuration (nothing is started).
+
+    Use it as an async context manager (or call :meth:`start` and :meth:`aclose`): starting
+    opens the engine when it is an OPA server, connects to every upstream and lists its
+    tools, and builds the gateway.
+
+    Args:
+        config: the validated configuration.
+        errlog: where stdio upstreams' stderr goes (default: this process's stderr).
+    """
+
+    def __init__(self, config: GatewayConfig, *, errlog: TextIO | None = None) -> None:
+        self.config = config
+        self.engine: PolicyEngine = build_engine(config)
+        self.cache = (
+            DecisionCache(
+                maxsize=config.cache.max_entries,
+                max_ttl=config.cache.max_ttl_s,
+                default_ttl=config.cache.default_ttl_s,
+            )
+            if config.cache.enabled
+            else None
+        )
+        self.authorizer = PolicyAuthorizer(
+            self.engine, path=config.engine.decision_path, cache=self.cache
+        )
+        self.sink: JsonlFileSink | None = None
+        self.trail: AuditTrail | None = None
+        if config.audit.enabled:
+            assert config.audit.path is not None  # noqa: S101 - validated by the config
+            key = os.environ[config.audit.key_env].encode() if config.audit.key_env else None
+            self.sink = JsonlFileSink(
+                config.audit.path,
+                fsync=config.audit.fsync,
+                max_bytes=config.audit.max_bytes,
+                key=key,
+            )
+            masker = Masker(
+                keys=DEFAULT_MASKED_KEYS | set(config.audit.mask_keys),
+                pointers=config.audit.mask_pointers,
+            )
+            self.trail = AuditTrail(self.sink, masker=masker)
+        self.metrics = GatewayMetrics(self.cache)
+        self._local: list[Tool] = load_tools(config) if config.tools else []
+        local_names = [tool.definition().name for tool in expand(self._local)]
+        self.upstreams = UpstreamSet(config.mcp.upstreams, reserved=local_names, errlog=errlog)
+        stdio = config.mcp.stdio_context
+        self.front = McpFront(
+            self._build(),
+            authenticator=Authenticator(config.auth),
+            stdio_context=CallerContext(dict(stdio)) if stdio is not None else None,
+        )
+
+    @property
+    def gateway(self) -> Gateway:
+        """The gateway served now."""
+        return self.front.gateway
+
+    def _build(self) -> Gateway:
+        return Gateway(
+            [*self._local, *self.upstreams.tools()],
+            authorizer=self.authorizer,
+            audit=self.trail,
+            metrics=self.metrics,
+        )
+
+    def rebuild(self) -> None:
+        """Serve a new gateway built from the current tools (keeps the old one on error)."""
+        try:
+            gateway = self._build()
+        except Exception:  # noqa: BLE001 - the old gateway stays; its stale tools fail closed
+            _LOG.exception("could not rebuild the gateway after a tool list change")
+            return
+        self.front.gateway = gateway
+        _LOG.info("serving %d tool(s)", len(gateway.definitions()))
+
+    async def start(self) -> None:
+        """Open the engine, connect to the upstreams, build the gateway."""
+        if isinstance(self.engine, OpaRestEngine):
+            await self.engine.open()
+        await self.upstreams.start()
+        self.rebuild()
+        self.upstreams.on_change = self.rebuild
+
+    async def refresh(self) -> bool:
+        """List every upstream's tools again; whether any list changed (then rebuilt)."""
+        return await self.upstreams.refresh()
+
+    async def aclose(self) -> None:
+        """Close the upstream sessions, the engine and the audit sink."""
+        self.upstreams.on_change = None
+        try:
+            await self.upstreams.aclose()
+        finally:
+            if isinstance(self.engine, OpaRestEngine):
+                await self.engine.close()
+            if self.sink is not None:
+                self.sink.close()
+
+    async def __aenter__(self) -> Self:
+        try:
+            await self.start()
+        except BaseException:
+            await self.aclose()
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def serve_stdio(self) -> None:
+        """Serve MCP over stdin/stdout until stdin closes (the service must be started)."""
+        await self.front.serve_stdio()
+
+    async def serve_http(
+        self, *, host: str | None = None, port: int | None = None, log_level: str = "info"
+    ) -> None:
+        """Serve streamable HTTP at ``/mcp`` until stopped (the service must be started)."""
+        await self.http_server(host=host, port=port, log_level=log_level).serve()
+
+    def http_server(
+        self, *, host: str | None = None, port: int | None = None, log_level: str = "info"
+    ) -> uvicorn.Server:
+        """A uvicorn server for the authenticated streamable HTTP app at ``/mcp``.
+
+        ``host`` and ``port`` default to ``[server]``. Stop it with ``should_exit = True``.
+        """
+        host = host or self.config.server.host
+        port = port if port is not None else self.config.server.port
+        config = uvicorn.Config(
+            self.front.http_app(host=host, max_body_bytes=self.config.server.max_body_bytes),
+            host=host,
+            port=port,
+            log_level=log_level,
+            access_log=False,
+            ws="none",
+            lifespan="on",
+        )
+        return uvicorn.Server(config)
+
+
+def run_mcp(
+    config: GatewayConfig,
+    *,
+    transport: Transport,
+    host: str | None = None,
+    port: int | None = None,
+    log_level: str = "info",
+) -> None:
+    """Run ``gateway mcp``: build, start and serve until stdin closes or the server stops.
+
+    Raises:
+        ConfigError: the configuration cannot be served on this transport.
+        GatewayError: the service cannot be assembled (tools, audit trail, policies).
+    """
+    if transport == "stdio" and config.mcp.stdio_context is None:
+        raise ConfigError(
+            "mcp.stdio_context: required for the stdio transport (the caller context of the "
+            "local, trusted launcher)"
+        )
+    service = McpService(config)
+
+    async def main() -> None:
+        async with service:
+            if transport == "stdio":
+                await service.serve_stdio()
+            else:
+                await service.serve_http(host=host, port=port, log_level=log_level)
+
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=getattr(logging, log_level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    asyncio.run(main())

@@ -1,0 +1,140 @@
+"""Shared pieces of the MCP tests: the test upstream, configurations, audit trail reading."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+
+from gateway.audit import head_path, trail_files, verify
+from gateway.server import api_key_digest
+
+REPO = Path(__file__).resolve().parents[2]
+POLICIES = REPO / "policies"
+UPSTREAM = Path(__file__).with_name("upstream_server.py")
+
+ALICE = {"subject": "alice", "roles": ["reader"], "tenant": "acme"}
+BOB = {"subject": "bob", "roles": ["clerk"], "tenant": "globex"}
+WRITER = {"subject": "wendy", "roles": ["reader", "writer"], "tenant": "acme"}
+KEYS = {"alice-key": ALICE, "bob-key": BOB}
+ALLOWED_PATH = "/srv/tenants/acme/report.txt"
+OTHER_TENANT_PATH = "/srv/tenants/globex/payroll.txt"
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{key} = {_toml(item)}" for key, item in value.items()) + " }"
+    return json.dumps(value)
+
+
+@pytest.fixture
+def record(tmp_path: Path) -> Path:
+    """The file the upstream records its starts and calls in."""
+    return tmp_path / "upstream-record.jsonl"
+
+
+@pytest.fixture
+def variant(tmp_path: Path) -> Path:
+    """The file that selects the upstream's tool list ("v2") or makes it refuse to start."""
+    return tmp_path / "upstream-variant.txt"
+
+
+@pytest.fixture
+def audit_path(tmp_path: Path) -> Path:
+    """The gateway's audit trail."""
+    return tmp_path / "audit" / "audit.jsonl"
+
+
+ConfigWriter = Callable[..., Path]
+
+
+@pytest.fixture
+def write_config(tmp_path: Path, record: Path, variant: Path, audit_path: Path) -> ConfigWriter:
+    """Write a gateway TOML configuration: shipped policies, the test upstream over stdio."""
+
+    def write(
+        *,
+        stdio_context: dict[str, Any] | None = ALICE,
+        prefix: str = "",
+        decision_path: str = "gateway/authz/decision",
+    ) -> Path:
+        lines = [
+            "[engine]",
+            'kind = "embedded"',
+            f"policies = {_toml(str(POLICIES))}",
+            f"decision_path = {_toml(decision_path)}",
+            "",
+            "[audit]",
+            f"path = {_toml(str(audit_path))}",
+            "",
+        ]
+        for key, context in KEYS.items():
+            lines += [
+                "[[auth.api_keys]]",
+                f"sha256 = {_toml(api_key_digest(key))}",
+                f"context = {_toml(context)}",
+                "",
+            ]
+        lines.append("[mcp]")
+        if stdio_context is not None:
+            lines.append(f"stdio_context = {_toml(stdio_context)}")
+        lines += [
+            "",
+            "[[mcp.upstreams]]",
+            'name = "files"',
+            f"command = {_toml(sys.executable)}",
+            f"args = {_toml([str(UPSTREAM), str(record), str(variant)])}",
+            f"prefix = {_toml(prefix)}",
+            "timeout_s = 20",
+        ]
+        path = tmp_path / "gateway.toml"
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        return path
+
+    return write
+
+
+def audit_records(path: Path) -> list[dict[str, Any]]:
+    """Every record of a trail (none if there is no trail), after verifying its chain and head."""
+    if not path.exists():
+        return []
+    files = trail_files(path)
+    result = verify(files, head=head_path(files[-1]))
+    assert result.ok, result.error
+    return [json.loads(line) for file in files for line in file.read_text().splitlines()]
+
+
+def calls(entries: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """The (tool, arguments) of every call an upstream recorded."""
+    return [(entry["tool"], entry["arguments"]) for entry in entries if entry["event"] == "call"]
+
+
+@asynccontextmanager
+async def serving(server: uvicorn.Server) -> AsyncIterator[str]:
+    """Run a uvicorn server on a loopback socket bound here; yields its base URL.
+
+    The socket listens before the server starts, so clients can connect at once (the
+    backlog holds them until the server accepts); no polling for readiness.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    port = sock.getsockname()[1]
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        try:
+            await asyncio.wait_for(task, 15)
+        finally:
+            sock.close()
