@@ -113,8 +113,11 @@ class AuthorizationError(GatewayError):
 
     The cause is sealed: it is reachable only through :attr:`cause`, never through
     ``__cause__``, ``__context__``, ``str()`` or ``repr()``. ``code`` is the cause's own
-    stable code when the policy layer raised one of its errors (``engine_timeout``,
-    ``undefined_decision``, ...), else ``no_decision``.
+    stable code when a layer above the core raised one of its errors (the policy layer's
+    ``engine_timeout``, ``undefined_decision``, ...; the audit trail's ``audit_failed``) or
+    the answer was malformed (``malformed_decision``), else ``no_decision``. The core's own
+    tool errors (a dependency's ``Failure``, an ``InvalidToolError``) never lend their code:
+    they are not about this decision.
     """
 
     code: ClassVar[str] = "no_decision"
@@ -128,8 +131,8 @@ class AuthorizationError(GatewayError):
         super().__init__(message)
         self._tool_name = tool_name
         self._cause = cause
-        cause_code = getattr(cause, "code", None) if isinstance(cause, GatewayError) else None
-        if isinstance(cause_code, str):
+        cause_code = _no_decision_code(cause)
+        if cause_code is not None:
             self.code = cause_code  # type: ignore[misc]  # instance refinement of the class code
 
     @property
@@ -150,3 +153,26 @@ class MalformedDecisionError(GatewayError):
     """An authorizer returned something other than a bool or a well-formed Decision."""
 
     code: ClassVar[str] = "malformed_decision"
+
+
+def _is_core_error(klass: type) -> bool:
+    # The core's own tool and contract errors (Failure, InvalidToolError, a nested
+    # AuthorizationError, ...), subclasses included; GatewayError itself is only the root.
+    return klass is not GatewayError and klass.__module__.startswith("gateway._")
+
+
+def _no_decision_code(cause: BaseException | None) -> str | None:
+    # A GatewayError from another layer says why there is no decision (the policy layer's
+    # engine_timeout, the audit trail's audit_failed), and so does a malformed answer. The
+    # core's tool errors never do: raised inside a policy they describe some other tool,
+    # and their code ("tool_failure", "invalid_tool") would tell the caller something false
+    # about the guarded one. The core must not import the layers above it, so they are
+    # recognised as "not the core".
+    if not isinstance(cause, GatewayError):
+        return None
+    if not isinstance(cause, MalformedDecisionError) and any(
+        _is_core_error(klass) for klass in type(cause).__mro__
+    ):
+        return None
+    code = getattr(cause, "code", None)
+    return code if isinstance(code, str) else None

@@ -47,12 +47,13 @@ class Guard:
     tool, so capabilities (the input validator) resolve through it.
 
     ``call`` does, in order: refuse to start if the task is already being cancelled; ask the
-    authorizer with a fresh :class:`Authorization`; seal any exception or malformed answer in
-    :class:`AuthorizationError`; propagate a cancellation that arrived during the decision;
-    raise ``Failure(REJECTED)`` on a refusal (the decision's public ``message``, or
-    ``error: tool "<name>" is not authorized``); otherwise run the inner tool on the same
-    invocation and return its result unchanged. ``asyncio.CancelledError`` always propagates
-    unchanged and is never sealed.
+    authorizer with a fresh :class:`Authorization`; propagate a cancellation that arrived
+    during the decision, whatever the authorizer answered or raised; seal any exception or
+    malformed answer in :class:`AuthorizationError`; raise ``Failure(REJECTED)`` on a
+    refusal (the decision's public ``message``, or ``error: tool "<name>" is not
+    authorized``); otherwise run the inner tool on the same invocation and return its
+    result unchanged. ``asyncio.CancelledError`` always propagates unchanged and is never
+    sealed.
 
     Raises:
         InvalidToolError: the authorizer (checked first) or the tool is missing, or the
@@ -116,6 +117,11 @@ class Guard:
             result = await self._authorizer.authorize(authorization)
         except Exception as exc:  # noqa: BLE001 - every policy error is "no decision"
             cause = exc
+        # A cancellation requested while the policy ran wins over whatever the policy
+        # answered or raised (it may have swallowed the CancelledError): a cancellation
+        # never becomes an AuthorizationError or a Failure.
+        if _cancel_requested():
+            raise asyncio.CancelledError
         # Raised outside the except block so that nothing is chained into __context__.
         if cause is not None:
             raise AuthorizationError(name, cause)
@@ -124,8 +130,6 @@ class Guard:
             raise AuthorizationError(
                 name, MalformedDecisionError(f"authorizer returned {type(result).__name__}")
             )
-        if _cancel_requested():
-            raise asyncio.CancelledError
         if decision.allowed is not True:
             raise Failure(FailureKind.REJECTED, decision.message or _REFUSAL.format(name=name))
         return await self._tool.call(invocation)

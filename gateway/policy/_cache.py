@@ -137,10 +137,15 @@ class DecisionCache:
             return True
 
     def invalidate(self) -> None:
-        """Drop every entry; evaluations already running will not store their result."""
+        """Drop every entry; evaluations already running will not store their result.
+
+        Calls that arrive afterwards do not join an evaluation that started before: they
+        evaluate afresh (the callers already waiting still get the older evaluation).
+        """
         with self._lock:
             self._generation += 1
             self._entries.clear()
+            self._inflight.clear()
 
     @property
     def generation(self) -> int:
@@ -205,7 +210,9 @@ class DecisionCache:
         error: BaseException | None = None,
     ) -> None:
         with self._lock:
-            self._inflight.pop(key, None)
+            # After invalidate() the key may belong to a newer evaluation; leave that one.
+            if self._inflight.get(key) is future:
+                del self._inflight[key]
         if result is not None:
             future.set_result(result)
         elif isinstance(error, Exception):

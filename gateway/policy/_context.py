@@ -44,12 +44,15 @@ class CallerContext:
     _digest: str
 
     def __init__(self, values: Mapping[str, Any] | None = None, /, **fields: Any) -> None:
+        if values is not None and not isinstance(values, Mapping):
+            raise InvalidContextError("caller context must be a JSON object (a mapping)")
         merged = {**(values or {}), **fields}
         try:
             encoded = _json.canonical(merged)
             # Re-parse so that the stored form is exactly what a policy will see.
             _json.parse(encoded, max_depth=_json.DEFAULT_MAX_DEPTH)
-        except (_json.StrictJSONError, RecursionError) as exc:
+        # UnicodeError: a lone surrogate in a key or string cannot be encoded as UTF-8.
+        except (_json.StrictJSONError, UnicodeError, RecursionError) as exc:
             raise InvalidContextError(f"caller context: {exc}") from None
         if len(encoded) > _MAX_CONTEXT_BYTES:
             raise InvalidContextError(f"caller context exceeds {_MAX_CONTEXT_BYTES} bytes")
@@ -57,6 +60,9 @@ class CallerContext:
         object.__setattr__(self, "_digest", hashlib.sha256(encoded).hexdigest())
 
     def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("CallerContext is immutable")
+
+    def __delattr__(self, name: str) -> None:
         raise AttributeError("CallerContext is immutable")
 
     @property
