@@ -41,9 +41,17 @@ class Decision:
     cache_ttl: float | None = None
     cached: bool = False
     engine: str | None = None
+    # Computed once: the Guard asks on every call, and a Decision never changes.
+    _well_formed: bool = field(default=False, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_well_formed", self._check())
 
     def well_formed(self) -> bool:
         """Report whether every field has its documented type (``allowed`` exactly a bool)."""
+        return self._well_formed
+
+    def _check(self) -> bool:
         return (
             isinstance(self.allowed, bool)
             and (self.message is None or isinstance(self.message, str))

@@ -5,7 +5,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from typing import Any
+import threading
+from typing import Any, Final
+
+import cachetools
 
 from gateway import _json
 from gateway._authorization import Authorization
@@ -27,6 +30,30 @@ def _tool_json(definition: ToolDefinition) -> bytes:
             b"}",
         )
     )
+
+
+@functools.lru_cache(maxsize=4096)
+def _tool_digest(definition: ToolDefinition) -> bytes:
+    return hashlib.sha256(_tool_json(definition)).digest()
+
+
+_MEMO_MAX_BYTES: Final = 4096
+_memo: cachetools.LRUCache[bytes, bytes] = cachetools.LRUCache(maxsize=8192)
+_memo_lock = threading.Lock()
+
+
+def _canonical_arguments(raw: bytes) -> bytes:
+    # Agents repeat the same small argument documents; decoding and re-encoding them is
+    # most of the cost of a cache hit, so small ones are remembered (bounded, by value).
+    if len(raw) > _MEMO_MAX_BYTES:
+        return _json.canonical(_json.parse(raw, max_depth=10_000))
+    with _memo_lock:
+        known = _memo.get(raw)
+    if known is None:
+        known = _json.canonical(_json.parse(raw, max_depth=10_000))
+        with _memo_lock:
+            _memo[raw] = known
+    return known
 
 
 class InputDocument:
@@ -65,16 +92,14 @@ class InputDocument:
 
     def _canonical_args(self) -> bytes:
         if self._canonical_arguments is None:
-            self._canonical_arguments = _json.canonical(
-                _json.parse(self._arguments, max_depth=10_000)
-            )
+            self._canonical_arguments = _canonical_arguments(self._arguments)
         return self._canonical_arguments
 
     @property
     def digest(self) -> str:
         """SHA-256 over the canonical tool, arguments and context (computed once)."""
         if self._digest is None:
-            hasher = hashlib.sha256(_tool_json(self._definition))
+            hasher = hashlib.sha256(_tool_digest(self._definition))
             # NUL never occurs in canonical JSON, so the parts cannot run into each other.
             hasher.update(b"\0")
             hasher.update(self._canonical_args())
