@@ -127,8 +127,10 @@ async def _decide(args: argparse.Namespace) -> tuple[int, dict[str, object]]:
 def _check(args: argparse.Namespace) -> int:
     try:
         status, answer = asyncio.run(_decide(args))
-    except (ConfigError, _UsageError) as exc:
-        print(f"gateway check: {exc}", file=sys.stderr)
+    except (ConfigError, GatewayError, _UsageError) as exc:
+        # GatewayError: a policy set that does not load, a context that is too large.
+        detail = getattr(exc, "detail", None)
+        print(f"gateway check: {exc}" + (f": {detail}" if detail else ""), file=sys.stderr)
         return EXIT_USAGE
     print(json.dumps(answer, indent=2))
     return status
@@ -141,7 +143,9 @@ def _serve(args: argparse.Namespace) -> int:
         config = load_config(args.config)
         service = build_service(config)
     except (ConfigError, GatewayError) as exc:
-        print(f"gateway serve: {exc}", file=sys.stderr)
+        # A policy that fails to load says why only in its detail (the engine's message).
+        detail = getattr(exc, "detail", None)
+        print(f"gateway serve: {exc}" + (f": {detail}" if detail else ""), file=sys.stderr)
         return EXIT_USAGE
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port

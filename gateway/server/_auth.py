@@ -92,7 +92,10 @@ class Authenticator:
             )
         except jwt.ExpiredSignatureError:
             raise AuthFailure("token_expired", "token expired") from None
-        except jwt.InvalidTokenError as exc:
+        except (jwt.PyJWTError, TypeError, ValueError) as exc:
+            # Not only InvalidTokenError: a token whose alg does not fit the selected key
+            # (ES256 under an RSA key's kid) fails in PyJWT's key preparation with
+            # InvalidKeyError or TypeError. Any of these is the caller's bad token, not a 500.
             raise AuthFailure("unauthenticated", f"invalid token: {type(exc).__name__}") from None
         context: dict[str, Any] = {}
         for field, claim in config.claims.items():
@@ -106,7 +109,7 @@ class Authenticator:
             raise AuthFailure("unauthenticated", "token claims are not a valid context") from None
 
     def with_request_id(self, context: CallerContext, request_id: str) -> CallerContext:
-        """The context with the request id added (for policies and the audit trail)."""
+        """The context with the request id added (for the audit trail; the policy never sees it)."""
         return CallerContext(context.as_dict(), request_id=request_id)
 
 

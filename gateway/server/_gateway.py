@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterable
 from typing import Final
 
-from gateway._authorization import AuthorizationError, Authorizer, Decision
+from gateway._authorization import Authorization, AuthorizationError, Authorizer, Decision
 from gateway._call import ToolCall
 from gateway._capability import InputValidator
 from gateway._contract import DEFAULT_LIMITS, AdmissionLimits, Binding, Invocation, Tool
@@ -27,7 +27,8 @@ from gateway._failure import Failure
 from gateway._guard import Guard
 from gateway._output import ToolOutput
 from gateway._registry import Registry
-from gateway.audit import AuditedTool, AuditingAuthorizer, AuditTrail
+from gateway.audit import AuditedTool, AuditingAuthorizer, AuditTrail, AuditWriteError
+from gateway.policy import CallerContext, caller_context, current_caller
 from gateway.server._metrics import GatewayMetrics
 
 _LOG: Final = logging.getLogger("gateway.server")
@@ -92,6 +93,23 @@ class _CapturingAuthorizer:
             elif result is True or result is False:
                 capture.decision = Decision(allowed=result)
         return result
+
+
+class _WithoutRequestId:
+    # Asks the authorizer with the caller context minus ``request_id``. The request id is
+    # unique per HTTP request and never part of a decision; left in the policy input it
+    # would be part of every decision-cache key, so the cache could never hit. The audit
+    # records (written around this authorizer) still carry it.
+    def __init__(self, inner: Authorizer) -> None:
+        self._inner = inner
+
+    async def authorize(self, authorization: Authorization) -> bool | Decision:
+        values = current_caller().as_dict()
+        if "request_id" not in values:
+            return await self._inner.authorize(authorization)
+        del values["request_id"]
+        with caller_context(CallerContext(values)):
+            return await self._inner.authorize(authorization)
 
 
 class BoundTool:
@@ -164,9 +182,10 @@ class Gateway:
         self._metrics = metrics
         self._authorizer = authorizer
         guarded: list[Tool] = []
+        policy: Authorizer = _WithoutRequestId(authorizer)
         for tool in expand(tools):
             capturing = _CapturingAuthorizer(
-                AuditingAuthorizer(authorizer, audit) if audit is not None else authorizer
+                AuditingAuthorizer(policy, audit) if audit is not None else policy
             )
             guard = Guard(tool=tool, authorizer=capturing)
             guarded.append(AuditedTool(guard, audit) if audit is not None else guard)
@@ -225,7 +244,9 @@ class Gateway:
             code = "tool_rejected" if failure.kind == "rejected" else "tool_failed"
             return CallResult(200, code, failure.output.text(), failure.output, decision_id)
         except AuthorizationError as exc:
-            if exc.code == "audit_failed":
+            # Recognised by the cause: the core only adopts the policy layer's codes, so an
+            # audit failure would otherwise be reported as a plain "no_decision".
+            if isinstance(exc.cause, AuditWriteError) or exc.code == "audit_failed":
                 return CallResult(
                     503, "audit_failed", "the call could not be audited; it was not run"
                 )

@@ -22,7 +22,7 @@ from gateway.policy import (
 )
 from gateway.server._app import GatewayApp
 from gateway.server._auth import Authenticator
-from gateway.server._config import GatewayConfig, import_tools
+from gateway.server._config import ConfigError, GatewayConfig, import_tools
 from gateway.server._gateway import Gateway
 from gateway.server._metrics import GatewayMetrics
 
@@ -85,9 +85,17 @@ def build_service(config: GatewayConfig) -> Service:
     if config.audit.enabled:
         assert config.audit.path is not None  # noqa: S101 - validated by the config
         key = os.environ[config.audit.key_env].encode() if config.audit.key_env else None
-        sink = JsonlFileSink(
-            config.audit.path, fsync=config.audit.fsync, max_bytes=config.audit.max_bytes, key=key
-        )
+        try:
+            sink = JsonlFileSink(
+                config.audit.path,
+                fsync=config.audit.fsync,
+                max_bytes=config.audit.max_bytes,
+                key=key,
+            )
+        except OSError as exc:
+            raise ConfigError(
+                f"audit.path: cannot open {config.audit.path}: {exc.strerror or exc}"
+            ) from None
         masker = Masker(
             keys=DEFAULT_MASKED_KEYS | set(config.audit.mask_keys),
             pointers=config.audit.mask_pointers,
