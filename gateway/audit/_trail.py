@@ -135,7 +135,12 @@ class AuditTrail:
 
         The raw values that were masked are appended to ``secrets`` when it is given.
         """
-        decision_id = (decision.decision_id if decision else None) or self._new_id()
+        # A cached decision is reused by many calls: each authorization gets its own id, and
+        # the record names the evaluation it reused.
+        reused = decision.decision_id if decision is not None and decision.cached else None
+        decision_id = (
+            decision.decision_id if decision is not None and not decision.cached else None
+        ) or self._new_id()
         found: list[str] = secrets if secrets is not None else []
         digest, arguments, context = self._masked(authorization.arguments, found)
         record = self._base("decision", authorization.definition.name, call_id, decision_id)
@@ -156,6 +161,7 @@ class AuditTrail:
                 "revision": decision.revision if decision else None,
                 "engine": decision.engine if decision else None,
                 "cached": decision.cached if decision else False,
+                "cached_from": reused,
                 "latency_us": round(latency * 1e6),
             }
         )

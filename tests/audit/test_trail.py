@@ -172,7 +172,14 @@ class AnswerAuthorizer:
 # --- decision and outcome records -----------------------------------------------------------
 
 
-async def test_a_decision_record_describes_the_call_the_caller_and_the_decision() -> None:
+@pytest.mark.parametrize(
+    ("cached", "decision_id", "cached_from"),
+    [(False, "engine-7", None), (True, "id-1", "engine-7")],
+    ids=["evaluated", "reused-from-cache-gets-its-own-id"],
+)
+async def test_a_decision_record_describes_the_call_the_caller_and_the_decision(
+    cached: bool, decision_id: str, cached_from: str | None
+) -> None:
     sink = MemorySink()
     decision = Decision(
         True,
@@ -181,7 +188,7 @@ async def test_a_decision_record_describes_the_call_the_caller_and_the_decision(
         decision_id="engine-7",
         revision="rev-1",
         engine="test-engine",
-        cached=True,
+        cached=cached,
     )
     tool = make_trail(sink).guard(RecordingTool("search"), StaticAuthorizer(decision))
 
@@ -191,7 +198,7 @@ async def test_a_decision_record_describes_the_call_the_caller_and_the_decision(
     assert unchained(sink.records[0]) == {
         "type": "decision",
         "time": WALL_TEXT,
-        "decision_id": "engine-7",
+        "decision_id": decision_id,
         "call_id": "call-1",
         "tool": "search",
         "arguments_digest": hashlib.sha256(b'{"limit":2.50,"query":"scope"}').hexdigest(),
@@ -204,7 +211,8 @@ async def test_a_decision_record_describes_the_call_the_caller_and_the_decision(
         "detail": None,
         "revision": "rev-1",
         "engine": "test-engine",
-        "cached": True,
+        "cached": cached,
+        "cached_from": cached_from,
         "latency_us": 0,
     }
 
