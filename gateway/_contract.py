@@ -144,8 +144,8 @@ class Contract:
     def prepare(self, call: ToolCall) -> Invocation:
         """Admit an untrusted call, or refuse it. Never calls the tool or any policy.
 
-        Checks, in order: the call's own fields (id, then name), the exact tool name, blank
-        arguments (normalized to ``{}``), the size bound, strict JSON (RFC 7493) within the
+        Checks, in order: the call's own fields (id, then name), the exact tool name, the size
+        bound, blank arguments (normalized to ``{}``), strict JSON (RFC 7493) within the
         depth bound, the JSON Schema, then the tool's own input validator.
 
         Raises:
@@ -154,7 +154,10 @@ class Contract:
         """
         if not isinstance(call, ToolCall):
             raise InvalidInvocationError("tool: invalid invocation: expected a ToolCall")
-        call.validate()
+        try:
+            call.validate()
+        except InvalidInvocationError as exc:
+            raise InvalidInvocationError(f"tool: invalid invocation: {exc}") from None
         state = self._state
         want = state.definition.name
         if call.name != want:
@@ -189,7 +192,7 @@ class Contract:
             ) from None
         try:
             state.schema.validate(value)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any validator failure (even a decimal error) refuses
             raise InvalidInvocationError(f"tool: invalid invocation: arguments: {exc}") from None
         if state.validator is not None:
             try:
@@ -236,7 +239,9 @@ class Binding:
             InvalidInvocationError: the invocation belongs to another contract (even of an
                 identical tool); the tool does not run.
         """
-        if not isinstance(invocation, Invocation) or invocation._state is not self._contract._state:
+        # Contract identity is deliberately private to this module; nothing else can read it.
+        owner = invocation._state if isinstance(invocation, Invocation) else None  # noqa: SLF001
+        if owner is not self._contract._state:  # noqa: SLF001
             raise InvalidInvocationError(
                 "tool: invalid invocation: invocation does not belong to binding"
             )

@@ -10,8 +10,10 @@ both.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import inspect
+import math
 from collections.abc import Callable
 from typing import Any, Final, overload
 
@@ -61,7 +63,7 @@ def _arguments_model(fn: Callable[..., Any], name: str) -> type[pydantic.BaseMod
         model: type[pydantic.BaseModel] = pydantic.create_model(
             f"{name}_arguments", __config__=_CONFIG, **fields
         )
-    except Exception as exc:  # pydantic raises several unrelated types for unusable types
+    except Exception as exc:  # noqa: BLE001 - pydantic raises several unrelated types here
         raise InvalidToolError(f"tool: invalid tool: {name!r}: input type: {exc}") from None
     return model
 
@@ -69,20 +71,48 @@ def _arguments_model(fn: Callable[..., Any], name: str) -> type[pydantic.BaseMod
 def _derive_schema(model: type[pydantic.BaseModel], name: str) -> dict[str, Any]:
     try:
         schema = model.model_json_schema()
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - as above, for types pydantic cannot describe
         raise InvalidToolError(f"tool: invalid tool: {name!r}: input schema: {exc}") from None
     schema.pop("title", None)
     return {"$schema": _DIALECT, **schema}
+
+
+def _non_finite(value: object) -> bool:
+    # A number too large for a float decodes to inf where the annotation does not refuse it
+    # (Any, object, nested models with their own config); the seed refuses it.
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, float):
+            if not math.isfinite(node):
+                return True
+        elif isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, list | tuple | set | frozenset):
+            stack.extend(node)
+        elif isinstance(node, pydantic.BaseModel):
+            stack.extend(getattr(node, name) for name in type(node).model_fields)
+        elif dataclasses.is_dataclass(node) and not isinstance(node, type):
+            stack.extend(getattr(node, field.name) for field in dataclasses.fields(node))
+    return False
+
+
+def _decode(model: type[pydantic.BaseModel], raw: bytes) -> pydantic.BaseModel:
+    # The one strict decoder, shared by admission (the input validator) and call.
+    try:
+        decoded = model.model_validate_json(raw, strict=True)
+    except pydantic.ValidationError as exc:
+        raise ValueError(_describe(exc)) from None
+    if _non_finite(decoded):
+        raise ValueError("decode: numbers must be finite")
+    return decoded
 
 
 def _strict_decoder(model: type[pydantic.BaseModel]) -> InputValidator:
     # Captures only the model class, never the Func or the function, so a contract that
     # holds this validator does not keep the executable alive.
     def validate(raw: bytes) -> None:
-        try:
-            model.model_validate_json(raw, strict=True)
-        except pydantic.ValidationError as exc:
-            raise ValueError(_describe(exc)) from None
+        _decode(model, raw)
 
     return validate
 
@@ -101,10 +131,11 @@ def _encode_result(result: object) -> ToolOutput:
     if isinstance(result, str):
         return ToolOutput.from_text(str(result))
     try:
-        raw = pydantic_core.to_json(result, inf_nan_mode="strings")
+        # NaN and infinities are not JSON: they fail here (as in the seed) rather than being
+        # turned into strings or nulls.
+        return ToolOutput.from_json(pydantic_core.to_json(result, inf_nan_mode="constants"))
     except (pydantic_core.PydanticSerializationError, TypeError, ValueError) as exc:
         raise InvalidToolOutputError(f"tool: encode function result: {exc}") from None
-    return ToolOutput.from_json(raw)
 
 
 class Func:
@@ -141,10 +172,9 @@ class Func:
         if description is None:
             description = inspect.getdoc(fn) or ""
         model = _arguments_model(fn, str(tool_name))
+        schema = _derive_schema(model, str(tool_name))
         try:
-            definition = ToolDefinition(
-                tool_name, _derive_schema(model, str(tool_name)), description
-            )
+            definition = ToolDefinition(tool_name, schema, description)
         except InvalidToolError as exc:
             raise InvalidToolError(f"tool: invalid tool: definition: {exc}") from None
         self._fn = fn
@@ -175,9 +205,9 @@ class Func:
         if not isinstance(invocation, Invocation):
             raise InvalidToolError("tool: invalid tool: expected an Invocation")
         try:
-            decoded = self._model.model_validate_json(invocation.arguments, strict=True)
-        except pydantic.ValidationError as exc:
-            raise ValueError(f"tool: decode function arguments: {_describe(exc)}") from None
+            decoded = _decode(self._model, invocation.arguments)
+        except ValueError as exc:
+            raise ValueError(f"tool: decode function arguments: {exc}") from None
         kwargs = {field: getattr(decoded, field) for field in type(decoded).model_fields}
         if self._is_async:
             result = await self._fn(**kwargs)

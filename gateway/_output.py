@@ -72,6 +72,8 @@ class ToolOutput:
                 )
         object.__setattr__(self, "content", items)
         if self.details is not None:
+            if not isinstance(self.details, bytes | bytearray | memoryview):
+                raise InvalidToolOutputError("tool: invalid tool output: details must be bytes")
             raw = bytes(self.details)
             try:
                 _json.parse(raw, max_depth=10_000)
@@ -91,9 +93,14 @@ class ToolOutput:
         """JSON details only; ``raw`` must be exactly one strict JSON document.
 
         Raises:
-            InvalidToolOutputError: ``raw`` is empty, blank or not strict JSON.
+            InvalidToolOutputError: ``raw`` is missing, empty, blank or not strict JSON.
         """
-        data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else bytes(raw)
+        if isinstance(raw, str):
+            data = raw.encode("utf-8", "surrogatepass")
+        elif isinstance(raw, bytes | bytearray | memoryview):
+            data = bytes(raw)
+        else:
+            raise InvalidToolOutputError("tool: invalid tool output: details must be JSON text")
         if not data.strip():
             raise InvalidToolOutputError("tool: invalid tool output: details are empty")
         return cls(details=data)

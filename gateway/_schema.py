@@ -95,9 +95,19 @@ def compile_schema(raw: bytes) -> CompiledSchema:
 
     Raises:
         SchemaError: empty, larger than 1 MiB (raw or normalized), not strict JSON, not an
-            object, an unknown ``$schema`` dialect, a metaschema violation (including an
-            invalid ``pattern``), or a reference that is external or does not resolve.
+            object, nested too deeply to process, an unknown ``$schema`` dialect, a
+            metaschema violation (including an invalid ``pattern``), or a reference that is
+            external or does not resolve.
     """
+    try:
+        return _compile(raw)
+    except RecursionError:
+        # Normalization and metaschema checking recurse; a deep document ends here, never
+        # as a RecursionError out of bind().
+        raise SchemaError("document nests too deeply") from None
+
+
+def _compile(raw: bytes) -> CompiledSchema:
     if not raw:
         raise SchemaError("document is empty")
     if len(raw) > MAX_SCHEMA_BYTES:

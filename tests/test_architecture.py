@@ -1,0 +1,189 @@
+"""Architecture rules of the core: the contract never holds the executable, layers point down."""
+
+from __future__ import annotations
+
+import ast
+import gc
+import types
+import weakref
+from collections import deque
+from pathlib import Path
+
+from typing_extensions import get_protocol_members
+
+from gateway import (
+    Binding,
+    Contract,
+    Func,
+    Invocation,
+    Tool,
+    ToolCall,
+    _contract,
+    bind,
+)
+from tests.helpers import RecordingValidator, ValidatingTool
+
+PACKAGE = Path(__file__).resolve().parent.parent / "gateway"
+CORE_MODULES = [
+    "_call",
+    "_capability",
+    "_contract",
+    "_definition",
+    "_errors",
+    "_failure",
+    "_func",
+    "_json",
+    "_output",
+    "_registry",
+    "_schema",
+]
+FORBIDDEN_LAYERS = ("gateway.policy", "gateway.server", "gateway.audit", "gateway.cli")
+
+
+class Resource:
+    """Something a tool captures that must be collectable once only the contract remains."""
+
+
+def test_contract_invocation_and_binding_slots_are_exactly_these() -> None:
+    assert Contract.__slots__ == ("_state",)
+    assert Invocation.__slots__ == ("_arguments", "_call_id", "_state")
+    assert Binding.__slots__ == ("_contract", "_tool")
+    assert _contract._ContractState.__slots__ == ("definition", "limits", "schema", "validator")
+
+
+def test_contract_state_holds_no_tool_and_no_bound_method_of_one() -> None:
+    tool = ValidatingTool(RecordingValidator())
+    binding = bind(tool)
+    state = binding.contract._state
+
+    fields = {name: getattr(state, name) for name in _contract._ContractState.__slots__}
+
+    assert [name for name, value in fields.items() if isinstance(value, Tool)] == []
+    assert getattr(state.validator, "__self__", None) is None
+    assert binding._tool is tool
+
+
+def _reachable(root: object, *, limit: int = 200_000) -> set[int]:
+    """Ids of objects reachable from `root`, not descending into modules, classes or globals."""
+    seen: set[int] = set()
+    queue: deque[object] = deque([root])
+    while queue and len(seen) < limit:
+        node = queue.popleft()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, types.ModuleType | type):
+            continue
+        if isinstance(node, dict) and "__builtins__" in node:
+            continue  # a module's globals
+        queue.extend(gc.get_referents(node))
+    return seen
+
+
+def test_nothing_reachable_from_a_contract_or_invocation_is_the_tool() -> None:
+    def search(query: str) -> str:
+        return query
+
+    tool = Func(search)
+    binding = bind(tool)
+    invocation = binding.contract.prepare(ToolCall("call", "search", '{"query":"ok"}'))
+
+    reachable = _reachable(binding.contract) | _reachable(invocation)
+
+    assert id(tool) not in reachable
+    assert id(search) not in reachable
+    assert {id(tool), id(search)} <= _reachable(binding)  # the walk does find them when held
+
+
+def _bound_contract_of_a_func_holding(resource: Resource) -> Contract:
+    def probe(query: str) -> str:
+        return f"{query} {resource!r}"
+
+    return bind(Func(probe)).contract
+
+
+def test_case19_a_dropped_func_is_collected_while_its_contract_lives() -> None:
+    resource = Resource()
+    alive = weakref.ref(resource)
+    contract = _bound_contract_of_a_func_holding(resource)
+
+    del resource
+    gc.collect()
+
+    assert alive() is None
+    assert contract.prepare(ToolCall("call", "probe", '{"query":"ok"}')).arguments == (
+        b'{"query":"ok"}'
+    )
+
+
+def test_func_has_exactly_three_public_methods() -> None:
+    public = sorted(name for name in dir(Func) if not name.startswith("_"))
+
+    assert public == ["call", "definition", "input_validator"]
+
+
+def test_tool_protocol_has_exactly_two_members() -> None:
+    assert sorted(get_protocol_members(Tool)) == ["call", "definition"]
+
+
+def _imported_modules(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = "gateway" + ("." + node.module if node.module else "")
+            else:
+                base = node.module or ""
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return found
+
+
+def _core_modules() -> list[Path]:
+    return sorted(path for path in PACKAGE.glob("_*.py") if not path.stem.startswith("__"))
+
+
+def test_core_modules_never_import_policy_server_audit_or_cli() -> None:
+    violations = {
+        path.name: sorted(
+            name for name in _imported_modules(path) if name.startswith(FORBIDDEN_LAYERS)
+        )
+        for path in _core_modules()
+    }
+
+    assert {module: names for module, names in violations.items() if names} == {}
+
+
+def test_the_core_modules_checked_include_every_module_of_the_tool_core() -> None:
+    checked = {path.stem for path in _core_modules()}
+
+    assert checked >= set(CORE_MODULES)
+
+
+def test_the_import_checker_sees_every_import_form(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "import gateway.policy\n"
+        "from gateway import server\n"
+        "from gateway.audit import sink\n"
+        "from .cli import main\n"
+        "def later() -> None:\n"
+        "    import gateway.cli as c\n",
+        encoding="utf-8",
+    )
+
+    forbidden = sorted(
+        name for name in _imported_modules(sample) if name.startswith(FORBIDDEN_LAYERS)
+    )
+
+    assert forbidden == [
+        "gateway.audit",
+        "gateway.audit.sink",
+        "gateway.cli",
+        "gateway.cli.main",
+        "gateway.policy",
+        "gateway.server",
+    ]

@@ -1,0 +1,231 @@
+"""Strict JSON (RFC 7493) reading and canonical writing: gateway._json."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gateway import _json
+from gateway._json import StrictJSONError, canonical, digest, is_blank, parse
+from tests.helpers import serialized
+
+VALID_DOCUMENTS = [
+    pytest.param(b"{}", {}, id="empty_object"),
+    pytest.param(b'  {"a":1}\n', {"a": 1}, id="surrounding_whitespace"),
+    pytest.param(b"[1,2]", [1, 2], id="array"),
+    pytest.param(b'"text"', "text", id="string"),
+    pytest.param(b"null", None, id="null"),
+    pytest.param(b"true", True, id="true"),
+    pytest.param(b"-0", 0, id="negative_zero_integer"),
+    pytest.param(b'{"a":{"b":[{"c":null}]}}', {"a": {"b": [{"c": None}]}}, id="nested"),
+    pytest.param(b'{"a":1,"b":1}', {"a": 1, "b": 1}, id="distinct_names_same_value"),
+    pytest.param(b'{"\\u00e9":"\\ud83d\\ude00"}', {"é": "\U0001f600"}, id="escaped_pair"),
+    pytest.param('{"é":"😀"}'.encode(), {"é": "\U0001f600"}, id="raw_utf8"),
+]
+
+
+@pytest.mark.parametrize(("raw", "expected"), VALID_DOCUMENTS)
+def test_parse_accepts_one_strict_document(raw: bytes, expected: object) -> None:
+    assert parse(raw) == expected
+
+
+INVALID_DOCUMENTS = [
+    pytest.param(b"", "not valid JSON", id="empty"),
+    pytest.param(b"   ", "not valid JSON", id="blank"),
+    pytest.param(b"{", "not valid JSON", id="truncated"),
+    pytest.param(b"{} {}", "not valid JSON", id="two_documents"),
+    pytest.param(b"{} x", "not valid JSON", id="trailing_garbage"),
+    pytest.param(b'{"a":1,"a":2}', "duplicate member name 'a'", id="duplicate_top"),
+    pytest.param(b'{"n":{"v":1,"v":2}}', "duplicate member name 'v'", id="duplicate_nested"),
+    pytest.param(b'[{"v":1},{"w":1,"w":1}]', "duplicate member name 'w'", id="duplicate_in_array"),
+    pytest.param(b'{"a":NaN}', "non-finite number NaN", id="nan"),
+    pytest.param(b'{"a":Infinity}', "non-finite number Infinity", id="infinity"),
+    pytest.param(b'{"a":-Infinity}', "non-finite number -Infinity", id="negative_infinity"),
+    pytest.param(b'{"a":01}', "not valid JSON", id="leading_zero"),
+    pytest.param(b'{"a":+1}', "not valid JSON", id="plus_sign"),
+    pytest.param(b'{"a":1,}', "not valid JSON", id="trailing_comma"),
+    pytest.param(b"{'a':1}", "not valid JSON", id="single_quotes"),
+    pytest.param(b'{"a":1 /* c */}', "not valid JSON", id="comment"),
+    pytest.param(b"\xef\xbb\xbf{}", "not valid JSON", id="utf8_bom"),
+    pytest.param("{}".encode("utf-16"), "not valid UTF-8", id="utf16"),
+    pytest.param(b'{"a":"\xff"}', "not valid UTF-8", id="byte_ff"),
+    pytest.param(b'{"a":"\xed\xa0\x80"}', "not valid UTF-8", id="raw_encoded_surrogate"),
+    pytest.param(b'{"a":"\\ud800"}', "lone surrogate", id="escaped_lone_high_surrogate"),
+    pytest.param(b'{"a":"\\udc00x"}', "lone surrogate", id="escaped_lone_low_surrogate"),
+    pytest.param(b'{"\\ud800":1}', "lone surrogate", id="escaped_lone_surrogate_in_name"),
+    pytest.param(b'[["\\ud800"]]', "lone surrogate", id="escaped_lone_surrogate_deep"),
+    pytest.param(b'{"a":1e99999999999999999999}', "exponent is out of range", id="huge_exponent"),
+    pytest.param(b"9" * 5000, "not valid JSON", id="integer_past_digit_limit"),
+]
+
+
+@pytest.mark.parametrize(("raw", "message"), INVALID_DOCUMENTS)
+def test_parse_refuses_anything_but_one_strict_document(raw: bytes, message: str) -> None:
+    with pytest.raises(StrictJSONError, match=re.escape(message)):
+        parse(raw)
+
+
+def test_strict_json_error_is_a_value_error() -> None:
+    assert issubclass(StrictJSONError, ValueError)
+
+
+def test_parse_keeps_numbers_exact() -> None:
+    value = parse(b'{"big":9007199254740993,"dec":0.10000000000000000001,"huge":1e999,"one":1.0}')
+
+    assert value == {
+        "big": 9007199254740993,
+        "dec": Decimal("0.10000000000000000001"),
+        "huge": Decimal("1e999"),
+        "one": Decimal("1.0"),
+    }
+    assert type(value["big"]) is int
+    assert type(value["one"]) is Decimal
+
+
+@pytest.mark.parametrize(
+    ("depth", "accepted"),
+    [pytest.param(64, True, id="at_limit"), pytest.param(65, False, id="past_limit")],
+)
+def test_parse_bounds_nesting_depth(depth: int, accepted: bool) -> None:
+    raw = ("[" * depth + "]" * depth).encode()
+
+    if accepted:
+        assert parse(raw, max_depth=64) == _nested_list(depth)
+    else:
+        with pytest.raises(StrictJSONError, match="nesting exceeds 64 levels"):
+            parse(raw, max_depth=64)
+
+
+def test_parse_counts_objects_and_arrays_towards_depth() -> None:
+    with pytest.raises(StrictJSONError, match="nesting exceeds 2 levels"):
+        parse(b'{"a":[{}]}', max_depth=2)
+
+
+def test_parse_refuses_nesting_far_past_the_recursion_limit_without_recursion_error() -> None:
+    raw = b"[" * 200_000 + b"]" * 200_000
+
+    with pytest.raises(StrictJSONError, match="nesting exceeds 64 levels"):
+        parse(raw)
+
+
+def test_default_limits_are_one_mebibyte_and_depth_64() -> None:
+    assert (_json.DEFAULT_MAX_ARGUMENT_BYTES, _json.DEFAULT_MAX_DEPTH) == (1 << 20, 64)
+
+
+BLANK_CASES = [
+    pytest.param(b"", True, id="empty"),
+    pytest.param(b" \t\r\n\v\f", True, id="ascii_space"),
+    pytest.param("\u0085\u00a0".encode(), True, id="nel_nbsp"),
+    pytest.param(
+        "\u1680\u2000\u200a\u2028\u2029\u202f\u205f\u3000".encode(), True, id="z_category"
+    ),
+    pytest.param(b"\x1c", False, id="file_separator_not_go_space"),
+    pytest.param(b"\x1f", False, id="unit_separator_not_go_space"),
+    pytest.param("\u200b".encode(), False, id="zero_width_space_not_space"),
+    pytest.param(b" {} ", False, id="object"),
+    pytest.param(b"\xff", False, id="invalid_utf8"),
+]
+
+
+@pytest.mark.parametrize(("raw", "expected"), BLANK_CASES)
+def test_is_blank_trims_exactly_the_go_space_set(raw: bytes, expected: bool) -> None:
+    assert is_blank(raw) == expected
+
+
+CANONICAL_CASES = [
+    pytest.param({"b": 1, "a": [True, None]}, b'{"a":[true,null],"b":1}', id="sorted_compact"),
+    pytest.param({"z": {"y": 1, "x": 2}}, b'{"z":{"x":2,"y":1}}', id="sorted_nested"),
+    pytest.param({"é": "ü"}, '{"é":"ü"}'.encode(), id="non_ascii_kept"),
+    pytest.param({"a": "\n\u0001"}, b'{"a":"\\n\\u0001"}', id="control_escaped"),
+    pytest.param([Decimal("1.0"), 1], b"[1.0,1]", id="number_literals_kept"),
+    pytest.param([9007199254740993], b"[9007199254740993]", id="big_integer_exact"),
+    pytest.param([Decimal("0.10000000000000000001")], b"[0.10000000000000000001]", id="decimal"),
+    pytest.param([1.5], b"[1.5]", id="float"),
+    pytest.param([Decimal("1e400")], b"[1E+400]", id="finite_decimal_beyond_float_range"),
+    pytest.param(("a", 1), b'["a",1]', id="tuple_as_array"),
+]
+
+
+@pytest.mark.parametrize(("value", "expected"), CANONICAL_CASES)
+def test_canonical_is_compact_sorted_and_exact(value: object, expected: bytes) -> None:
+    assert canonical(value) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        pytest.param([float("nan")], "non-finite number", id="nan"),
+        pytest.param([float("inf")], "non-finite number", id="infinity"),
+        pytest.param([Decimal("NaN")], "non-finite number", id="decimal_nan"),
+        pytest.param({1: "a"}, "member names must be strings", id="integer_key"),
+        pytest.param([b"bytes"], "bytes is not a JSON value", id="bytes"),
+        pytest.param({"s": {1}}, "set is not a JSON value", id="set"),
+    ],
+)
+def test_canonical_refuses_values_that_are_not_json(value: object, message: str) -> None:
+    with pytest.raises(StrictJSONError, match=re.escape(message)):
+        canonical(value)
+
+
+def test_digest_is_the_sha256_of_the_canonical_form_and_ignores_member_order() -> None:
+    first = digest(parse(b'{"a": 1, "b": [1, 2]}'))
+    second = digest(parse(b'{"b":[1,2],"a":1}'))
+
+    assert first == second
+    assert first == hashlib.sha256(b'{"a":1,"b":[1,2]}').hexdigest()
+
+
+def test_to_plain_turns_decimals_into_floats_for_display() -> None:
+    value = parse(b'{"a":[1.5,{"b":2}],"c":"x"}')
+
+    assert _json.to_plain(value) == {"a": [1.5, {"b": 2}], "c": "x"}
+    assert type(_json.to_plain(value)["a"][0]) is float
+
+
+def _nested_list(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+# --- property: canonical JSON is invariant under member order and white space -------------
+
+_TEXT = st.text(st.characters(codec="utf-8"), max_size=8)
+_NUMBERS = st.one_of(
+    st.integers(min_value=-(10**30), max_value=10**30),
+    st.decimals(allow_nan=False, allow_infinity=False, places=None),
+)
+_JSON_VALUES = st.recursive(
+    st.one_of(st.none(), st.booleans(), _NUMBERS, _TEXT),
+    lambda children: st.one_of(
+        st.lists(children, max_size=4), st.dictionaries(_TEXT, children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@given(st.data())
+def test_property_canonical_is_invariant_under_member_order_and_whitespace(
+    data: st.DataObject,
+) -> None:
+    value = data.draw(_JSON_VALUES)
+    first = data.draw(serialized(value)).encode()
+    second = data.draw(serialized(value)).encode()
+
+    assert canonical(parse(first)) == canonical(parse(second))
+
+
+@given(st.data())
+def test_property_canonical_round_trips_through_parse(data: st.DataObject) -> None:
+    raw = data.draw(_JSON_VALUES.flatmap(serialized)).encode()
+    value = parse(raw)
+
+    assert parse(canonical(value)) == value
+    assert canonical(parse(canonical(value))) == canonical(value)
