@@ -21,6 +21,7 @@ import json
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
+from decimal import Decimal
 from typing import Any, Final
 
 import aiohttp
@@ -62,6 +63,29 @@ def request_body(document: InputDocument) -> bytes:
     return b'{"input":' + document.to_json() + b"}"
 
 
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    members = dict(pairs)
+    if len(members) != len(pairs):
+        raise ValueError("duplicate member name")
+    return members
+
+
+def _reject(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _parse_answer(body: bytes) -> Any:
+    # OPA's answer is read strictly where it matters to the decision (one value, no
+    # duplicate members, no NaN, exact numbers), without the depth and surrogate walk that
+    # untrusted tool arguments need: this runs on every decision.
+    try:
+        return json.loads(
+            body, object_pairs_hook=_unique, parse_float=Decimal, parse_constant=_reject
+        )
+    except (ValueError, RecursionError):
+        return None
+
+
 def read_response(status: int, body: bytes, *, revision: str) -> EngineAnswer:
     """Read OPA's answer to a decision request.
 
@@ -69,10 +93,7 @@ def read_response(status: int, body: bytes, *, revision: str) -> EngineAnswer:
         EngineError: a non-200 status (OPA's code kept in ``detail``), or a body that is not
             one JSON object.
     """
-    try:
-        document = _json.parse(body, max_depth=10_000)
-    except _json.StrictJSONError:
-        document = None
+    document = _parse_answer(body)
     if status != 200:
         code = document.get("code") if isinstance(document, dict) else None
         message = document.get("message") if isinstance(document, dict) else None
@@ -174,7 +195,9 @@ class OpaRestEngine:
         url: ``http(s)://host:port`` of the OPA server.
         timeout: the hard deadline of one decision request, in seconds.
         token: an optional bearer token for OPA's API.
-        provenance: ask OPA for bundle revisions on every decision (``?provenance=true``).
+        provenance: ask OPA for bundle revisions on every decision (``?provenance=true``);
+            off by default, since the watcher already tracks the revision and provenance
+            makes every answer larger.
         revision_interval: how often the revision watcher polls, in seconds (0: never).
         on_revision_change: called with the new revision when the watcher sees a change.
     """
@@ -185,7 +208,7 @@ class OpaRestEngine:
         *,
         timeout: float = DEFAULT_TIMEOUT,
         token: str | None = None,
-        provenance: bool = True,
+        provenance: bool = False,
         revision_interval: float = DEFAULT_REVISION_INTERVAL,
         on_revision_change: Callable[[str], None] | None = None,
     ) -> None:
@@ -355,7 +378,7 @@ class OpaRestEngineSync:
         *,
         timeout: float = DEFAULT_TIMEOUT,
         token: str | None = None,
-        provenance: bool = True,
+        provenance: bool = False,
     ) -> None:
         host, port, secure = _parse_url(url)
         self._url = url.rstrip("/")

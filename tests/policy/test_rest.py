@@ -455,13 +455,21 @@ async def test_sync_keep_alive_reuses_one_connection() -> None:
         assert server.connections == 1
 
 
+async def test_provenance_is_asked_for_only_when_configured() -> None:
+    async with MisbehavingOpa() as server:
+        async with OpaRestEngine(server.url, revision_interval=0, provenance=True) as engine:
+            await engine.evaluate(DECISION, InputDocument(authorization()))
+        (request,) = server.decisions
+    assert request.target == f"/v1/data/{DECISION}?provenance=true"
+
+
 async def test_request_carries_the_input_document_exactly() -> None:
     async with MisbehavingOpa() as server, engine_for(server.url) as engine:
         with caller_context(subject="alice", roles=["a", "b"]):
             document = InputDocument(authorization("big", b'{"n": 9007199254740993.50}'))
             await engine.evaluate(DECISION, document)
         (request,) = server.decisions
-    assert request.target == f"/v1/data/{DECISION}?provenance=true"
+    assert request.target == f"/v1/data/{DECISION}"
     assert request.body == request_body(document)
     assert b"9007199254740993.50" in request.body
     sent = json.loads(request.body)
