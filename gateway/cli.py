@@ -15,10 +15,12 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from gateway import _json
 from gateway._authorization import Authorization
 from gateway._call import ToolCall
+from gateway._definition import ToolDefinition
 from gateway._errors import GatewayError, InvalidInvocationError
 from gateway._registry import Registry
 from gateway.audit import head_path, trail_files, verify
@@ -27,7 +29,9 @@ from gateway.policy import (
     OpaRestEngine,
     PolicyAuthorizer,
     PolicyError,
+    PolicySources,
     caller_context,
+    check_policy_coverage,
 )
 from gateway.server import ConfigError, build_engine, build_service, expand, load_config, load_tools
 
@@ -175,6 +179,30 @@ def _mcp(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _gate_inputs(args: argparse.Namespace) -> tuple[list[ToolDefinition], dict[str, Any]]:
+    config = load_config(args.config)
+    folder = Path(args.policies) if args.policies else config.engine.policies
+    if folder is None:
+        raise _UsageError("the engine is an OPA server: name its policy folder with --policies")
+    data = dict(PolicySources.from_directory(folder).data)
+    return Registry(*expand(load_tools(config))).definitions(), data
+
+
+def _gate(args: argparse.Namespace) -> int:
+    try:
+        definitions, data = _gate_inputs(args)
+    except (ConfigError, _UsageError, GatewayError) as exc:
+        print(f"gateway gate: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    problems = check_policy_coverage(definitions, data)
+    for problem in problems:
+        print(f"{problem.severity}: {problem.tool}: {problem.problem}")
+    errors = sum(1 for problem in problems if problem.severity == "error")
+    warnings = len(problems) - errors
+    print(f"{len(definitions)} tools checked: {errors} error(s), {warnings} warning(s)")
+    return EXIT_FAILED if errors else EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``gateway`` command."""
     parser = argparse.ArgumentParser(prog="gateway", description=__doc__.splitlines()[0])
@@ -214,6 +242,16 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--arguments", default="{}", help="the call's arguments (JSON text)")
     check.add_argument("--context", help='caller context (JSON object), e.g. {"subject": "alice"}')
     check.set_defaults(handler=_check)
+
+    gate = commands.add_parser(
+        "gate",
+        help="check that every served tool can be decided by the policy data",
+        description="The policy gate: exit 1 when a served tool would always be denied "
+        "(no settings, no role, an argument the schema lacks); warnings do not fail.",
+    )
+    gate.add_argument("--config", required=True, help="the service's TOML configuration")
+    gate.add_argument("--policies", help="policy folder (default: engine.policies)")
+    gate.set_defaults(handler=_gate)
 
     serve = commands.add_parser(
         "serve", help="run the HTTP service", description="Serve the HTTP API from a TOML config."

@@ -345,3 +345,58 @@ def test_a_command_is_required(capsys: pytest.CaptureFixture[str]) -> None:
 
     assert caught.value.code == 2
     assert "required: command" in capsys.readouterr().err
+
+
+# --- gate -----------------------------------------------------------------------------------
+
+
+async def unconfigured(query: str) -> str:
+    """A tool the shipped policy data knows nothing about."""
+    return query
+
+
+#: A served tool with no settings in the policy data: every call would be denied.
+UNKNOWN_TOOLS = [function_tool(add), function_tool(unconfigured)]
+
+
+def test_gate_passes_a_configuration_the_policy_data_covers(
+    capsys: pytest.CaptureFixture[str], config: str
+) -> None:
+    status, out, _ = run(capsys, "gate", "--config", config)
+
+    assert status == 0
+    assert out.splitlines()[-1].startswith("1 tools checked: 0 error(s)")
+
+
+def test_gate_fails_naming_a_served_tool_the_policy_data_cannot_decide(
+    capsys: pytest.CaptureFixture[str], config: str
+) -> None:
+    path = Path(config)
+    path.write_text(
+        path.read_text(encoding="utf-8").replace(
+            "tests.test_cli:TOOLS", "tests.test_cli:UNKNOWN_TOOLS"
+        ),
+        encoding="utf-8",
+    )
+
+    status, out, _ = run(capsys, "gate", "--config", config)
+
+    assert status == 1
+    assert any(line.startswith("error: unconfigured: ") for line in out.splitlines())
+    assert out.splitlines()[-1].startswith("2 tools checked: ")
+
+
+def test_gate_needs_a_policy_folder_for_an_opa_engine(
+    capsys: pytest.CaptureFixture[str], config: str
+) -> None:
+    path = Path(config)
+    text = path.read_text(encoding="utf-8")
+    _, _, rest = text.partition("[audit]")
+    path.write_text(
+        '[engine]\nkind = "opa"\nurl = "http://127.0.0.1:1"\n\n[audit]' + rest, encoding="utf-8"
+    )
+
+    status, _, err = run(capsys, "gate", "--config", config)
+
+    assert status == 2
+    assert "--policies" in err
