@@ -32,7 +32,15 @@ import httpx
 import requests
 import uvicorn
 
-from gateway import Authorization, Decision, Guard, ToolCall, bind, function_tool
+from gateway import (
+    Authorization,
+    AuthorizationError,
+    Decision,
+    Guard,
+    ToolCall,
+    bind,
+    function_tool,
+)
 from gateway.audit import AuditTrail, FsyncPolicy, JsonlFileSink
 from gateway.policy import (
     CachingAuthorizer,
@@ -231,7 +239,7 @@ class Bench:
 
     async def throughput(
         self, client: aiohttp.ClientSession, url: str, body: bytes, call: ToolCall
-    ) -> dict[str, float]:
+    ) -> dict[str, Any]:
         total = self.n(6000)
         workers = 64
         headers = {"Content-Type": "application/json"}
@@ -244,22 +252,32 @@ class Bench:
         start = time.perf_counter()
         await asyncio.gather(*(raw_worker(total // workers) for _ in range(workers)))
         raw_rate = (total // workers * workers) / (time.perf_counter() - start)
-        async with OpaRestEngine(self.url, revision_interval=0) as rest:
+        errors = 0
+        codes: dict[str, int] = {}
+        # A generous deadline: this measures throughput, not the timeout path.
+        async with OpaRestEngine(self.url, revision_interval=0, timeout=10.0) as rest:
             guarded = bind(Guard(tool=add, authorizer=PolicyAuthorizer(rest)))
             inv = guarded.prepare(call)
 
             async def guarded_worker(count: int) -> None:
+                nonlocal errors
                 for _ in range(count):
-                    await guarded.call(inv)
+                    try:
+                        await guarded.call(inv)
+                    except AuthorizationError as exc:
+                        errors += 1
+                        codes[exc.code] = codes.get(exc.code, 0) + 1
 
             with caller_context(CONTEXT):
                 start = time.perf_counter()
                 await asyncio.gather(*(guarded_worker(total // workers) for _ in range(workers)))
-                ours = (total // workers * workers) / (time.perf_counter() - start)
+                ours = (total // workers * workers - errors) / (time.perf_counter() - start)
         return {
             "raw_decisions_per_s": raw_rate,
             "gateway_decisions_per_s": ours,
             "workers": workers,
+            "gateway_errors": errors,
+            "gateway_error_codes": codes,
         }
 
     async def coalescing(self) -> int:

@@ -276,14 +276,14 @@ class OpaRestEngine:
     async def _send(self, method: str, url: str, body: bytes | None) -> tuple[int, bytes]:
         if not self._opened:
             raise EngineUnavailableError("engine is not open")
-        # The client's own request helper, built with retries=0: never retried.
-        request = self._client._request  # noqa: SLF001 - it owns the pooled session
+        # The client's pooled keep-alive session, used directly: one request, never retried
+        # (its retrying helper would add a generator frame and a loop to every decision).
+        # The session's total timeout (the client's ``timeout``) bounds connecting, sending
+        # and reading the whole body: a hard deadline per request.
+        session = self._client._session  # noqa: SLF001 - the client owns the pool
         headers = _JSON_HEADERS if body is not None else None
         with _translate(self._timeout):
-            async with (
-                asyncio.timeout(self._timeout),
-                request(method, url, data=body, headers=headers) as response,
-            ):
+            async with session.request(method, url, data=body, headers=headers) as response:
                 return response.status, await response.read()
 
     async def evaluate(self, path: str, document: InputDocument) -> EngineAnswer:

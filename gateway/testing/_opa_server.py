@@ -216,7 +216,8 @@ class OpaServer(_OpaRestMixin):
         ready_timeout: float = 20.0,
     ) -> None:
         self._binary = os.fspath(binary)
-        self._policy_paths = [os.fspath(p) for p in policy_paths]
+        # Absolute: OPA runs in its own working directory.
+        self._policy_paths = [os.path.abspath(p) for p in policy_paths]
         self._data = dict(data) if data is not None else None
         self._extra_args = list(extra_args)
         self._ready_timeout = ready_timeout
