@@ -42,5 +42,12 @@ bench: $(STAMP)
 	OPA_BIN="$$(scripts/provision-opa)" && export OPA_BIN && \
 	$(BIN)/python -m benchmarks --json benchmarks/results.json --markdown BENCHMARKS.md
 
+# The reliability and security suite (faults against a real OPA, load); writes RELIABILITY.md.
+# Phony on its own line: a directory of the same name exists.
+.PHONY: reliability
+reliability: $(STAMP)
+	OPA_BIN="$$(scripts/provision-opa)" && export OPA_BIN && \
+	$(BIN)/python -m reliability --json reliability/results.json --markdown RELIABILITY.md
+
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -240,8 +240,20 @@ class JsonlFileSink:
             for _, future in group:
                 future.set_exception(AuditWriteError("audit sink failed earlier; trail is closed"))
             return
+        # A record that is not JSON (a lone surrogate in a call id, say) fails alone; the
+        # chain only advances for records that encode, so the trail stays whole and usable.
+        accepted: list[tuple[dict[str, Any], concurrent.futures.Future[dict[str, Any]]]] = []
+        for record, future in group:
+            try:
+                accepted.append((self._chainer.chain(record), future))
+            except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
+                future.set_exception(
+                    AuditWriteError(f"audit record is not JSON: {type(exc).__name__}")
+                )
+        if not accepted:
+            return
         try:
-            chained = [self._chainer.chain(record) for record, _ in group]
+            chained = [record for record, _ in accepted]
             payload = b"".join(encode(record) + b"\n" for record in chained)
             view = memoryview(payload)
             while view:
@@ -261,11 +273,11 @@ class JsonlFileSink:
                 self._rotate()
         except Exception as exc:  # noqa: BLE001 - any I/O failure fails the whole group closed
             self._broken = exc
-            for _, future in group:
+            for _, future in accepted:
                 if not future.done():
                     future.set_exception(AuditWriteError(f"audit write failed: {exc}"))
             return
-        for (_, future), record in zip(group, chained, strict=True):
+        for record, future in accepted:
             future.set_result(record)
 
     def _write_head(self) -> None:

@@ -22,9 +22,11 @@ import contextvars
 import dataclasses
 import datetime
 import hashlib
+import math
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from decimal import Decimal
 from typing import Any
 
 from gateway import _json
@@ -58,6 +60,20 @@ class _Slot:
 _SLOT: contextvars.ContextVar[_Slot | None] = contextvars.ContextVar(
     "gateway_audit_slot", default=None
 )
+
+
+def _recordable(value: Any) -> Any:
+    # Records are plain JSON: an exact number becomes the float a reader gets back, unless no
+    # finite float holds it (1e400, which admission accepts), which is kept as its exact text.
+    # As an infinite float it would make the record unwritable and fail the call.
+    if isinstance(value, Decimal):
+        as_float = float(value)
+        return as_float if math.isfinite(as_float) else str(value)
+    if isinstance(value, dict):
+        return {key: _recordable(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_recordable(item) for item in value]
+    return value
 
 
 def _utc(now: float) -> str:
@@ -114,11 +130,11 @@ class AuditTrail:
         try:
             value = _json.parse(arguments, max_depth=10_000)
             digest = hashlib.sha256(_json.canonical(value)).hexdigest()
-            masked_arguments = _json.to_plain(self._masker.mask(value, found))
+            masked_arguments = _recordable(self._masker.mask(value, found))
         except _json.StrictJSONError:
             digest = hashlib.sha256(arguments).hexdigest()
             masked_arguments = None
-        context = _json.to_plain(self._masker.mask(current_caller().as_dict(), found))
+        context = _recordable(self._masker.mask(current_caller().as_dict(), found))
         return digest, masked_arguments, context
 
     def decision_record(
@@ -207,7 +223,7 @@ class AuditTrail:
             # error citing a value): find the masked values so that they are scrubbed.
             with contextlib.suppress(_json.StrictJSONError):
                 self._masker.mask(_json.parse(raw), found)
-        context = _json.to_plain(self._masker.mask(current_caller().as_dict(), found))
+        context = _recordable(self._masker.mask(current_caller().as_dict(), found))
         record = {
             "type": "outcome",
             "time": _utc(self._wall()),
