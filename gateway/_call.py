@@ -28,7 +28,20 @@ class ToolCall:
         """
         if not isinstance(self.id, str) or not self.id:
             raise InvalidInvocationError("tool: invalid tool call: ID must not be empty")
+        if not _is_text(self.id):
+            raise InvalidInvocationError("tool: invalid tool call: ID is not valid UTF-8 text")
         if not isinstance(self.name, str) or not self.name:
             raise InvalidInvocationError("tool: invalid tool call: name must not be empty")
+        if not _is_text(self.name):
+            raise InvalidInvocationError("tool: invalid tool call: name is not valid UTF-8 text")
         if not isinstance(self.arguments, str | bytes | bytearray):
             raise InvalidInvocationError("tool: invalid tool call: arguments must be JSON text")
+
+
+def _is_text(value: str) -> bool:
+    # A lone surrogate cannot be encoded, audited or sent anywhere as UTF-8.
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

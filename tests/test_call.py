@@ -71,3 +71,16 @@ def test_tool_call_is_frozen() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         call.name = "other"  # type: ignore[misc]
     assert call == ToolCall("call", "search", "{}")
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (ToolCall("\ud800", "search"), "ID is not valid UTF-8 text"),
+        (ToolCall("call", "sea\udfffrch"), "name is not valid UTF-8 text"),
+    ],
+    ids=["lone-surrogate-id", "lone-surrogate-name"],
+)
+def test_validate_refuses_ids_and_names_that_are_not_text(call: ToolCall, message: str) -> None:
+    with pytest.raises(InvalidInvocationError, match=message):
+        call.validate()

@@ -228,8 +228,8 @@ class AuditTrail:
             "type": "outcome",
             "time": _utc(self._wall()),
             "decision_id": self._new_id(),
-            "call_id": call.id if isinstance(call.id, str) else None,
-            "tool": call.name if isinstance(call.name, str) else None,
+            "call_id": _printable(call.id),
+            "tool": _printable(call.name),
             "arguments_digest": hashlib.sha256(raw).hexdigest(),
             "context": context,
             "outcome": "invalid",
@@ -359,3 +359,10 @@ class AuditedTool:
             )
             # Submitted, not awaited: a cancelled call must still get its record.
             self._trail.sink.submit(record)
+
+
+def _printable(value: object) -> str | None:
+    # A refused call's id or name may be anything; the record must stay writable.
+    if not isinstance(value, str):
+        return None
+    return value.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -14,6 +14,7 @@ import contextvars
 import dataclasses
 import logging
 import time
+import traceback
 from collections.abc import Iterable
 from typing import Final
 
@@ -223,6 +224,12 @@ class Gateway:
 
     async def _call(self, call: ToolCall) -> CallResult:  # noqa: PLR0911 - one return per outcome class
         name = call.name if isinstance(call.name, str) else ""
+        if name:
+            # Before anything is looked up or recorded: ids and names must be text.
+            try:
+                call.validate()
+            except InvalidInvocationError as exc:
+                return await self._refuse(call, 400, "invalid_arguments", str(exc))
         binding = self._registry.resolve(name)
         if binding is None:
             return await self._refuse(call, 404, "unknown_tool", f"unknown tool {name!r}")
@@ -251,8 +258,15 @@ class Gateway:
                     503, "audit_failed", "the call could not be audited; it was not run"
                 )
             return CallResult(503, exc.code, _NO_DECISION)
-        except Exception:  # noqa: BLE001 - a tool's unexpected error is reported, not leaked
-            _LOG.exception("tool %s raised", name)
+        except Exception as exc:  # noqa: BLE001 - a tool's unexpected error is reported, not leaked
+            # The message may repeat argument values (a password, a token): log where it
+            # happened and its type, never its text.
+            _LOG.error(
+                "tool %s raised %s (message withheld)\n%s",
+                name,
+                type(exc).__name__,
+                "".join(traceback.format_tb(exc.__traceback__)),
+            )
             decision = capture.decision
             return CallResult(
                 500,

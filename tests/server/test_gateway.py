@@ -308,3 +308,28 @@ def test_output_json_is_the_wire_form() -> None:
         "details": None,
         "text": "hi",
     }
+
+
+async def test_a_call_whose_id_is_not_text_is_400_and_its_refusal_is_recorded() -> None:
+    authorizer = RecordingAuthorizer(True)
+    sink = MemorySink()
+    gateway = Gateway([tool()], authorizer=authorizer, audit=AuditTrail(sink))
+
+    result = await gateway.call(call(call_id="c-\ud800"))
+
+    assert (result.status, result.code) == (400, "invalid_arguments")
+    assert authorizer.count == 0
+    (record,) = sink.records
+    assert (record["outcome"], record["call_id"]) == ("invalid", "c-\\ud800")
+
+
+async def test_a_tool_error_is_logged_without_its_message(caplog: pytest.LogCaptureFixture) -> None:
+    failing = FailingTool(ValueError("password=hunter2hunter2 rejected"))
+    gateway = Gateway([failing], authorizer=StaticAuthorizer(True))
+
+    with caplog.at_level("ERROR", logger="gateway.server"):
+        result = await gateway.call(call())
+
+    assert (result.status, result.code) == (500, "tool_error")
+    assert "ValueError" in caplog.text
+    assert "hunter2" not in caplog.text
