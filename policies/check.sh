@@ -9,6 +9,9 @@
 #   2. opa test --coverage   overall coverage >= MIN_COVERAGE (printed)
 #   3. opa fmt --list        prints nothing (all files formatted)
 #   4. opa check --strict    clean
+#   5. no module (other than *_test.rego) imports a whole package of this library:
+#      regorus evaluates every rule of a package imported that way (see README.md,
+#      "Keeping evaluation cheap"); import the rules themselves instead.
 set -euo pipefail
 
 opa="${1:-${OPA_BIN:-}}"
@@ -59,6 +62,15 @@ fi
 echo "== opa check --strict"
 if ! "${opa}" check --strict "${policy_dir}"; then
 	echo "FAIL: opa check --strict" >&2
+	failed=1
+fi
+
+echo "== package imports"
+package_imports="$(find "${policy_dir}" -name '*.rego' ! -name '*_test.rego' -print0 |
+	xargs -0 grep -nE '^import data\.gateway\.authz\.[A-Za-z0-9_]+( as [A-Za-z0-9_]+)?[[:space:]]*$' || true)"
+if [[ -n "${package_imports}" ]]; then
+	echo "${package_imports}"
+	echo "FAIL: import the rules of these packages, not the packages" >&2
 	failed=1
 fi
 

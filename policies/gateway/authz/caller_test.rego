@@ -1,6 +1,7 @@
 package gateway.authz.caller_test
 
 import data.gateway.authz
+import data.gateway.authz.caller
 import data.gateway.authz.fixtures_test as fx
 
 add_tool := {"name": "add", "description": "", "input_schema": {}}
@@ -83,4 +84,38 @@ test_malformed_arguments_denied if {
 test_missing_arguments_denied if {
 	d := authz.decision with input as {"tool": add_tool, "context": fx.context(["reader"], "acme")}
 	d.message == "the request is malformed"
+}
+
+# caller.valid states "caller.deny is empty" positively (main.rego uses it to skip the
+# deny set); the two must agree on every shape of context and request.
+test_valid_exactly_when_nothing_denied if {
+	subjects := [{"subject": "alice"}, {"subject": " "}, {"subject": 7}, {}]
+	role_parts := [{"roles": ["reader"]}, {"roles": []}, {"roles": null}, {"roles": ["reader", 1]}, {"roles": "reader"}, {}]
+	tenant_parts := [{"tenant": "acme"}, {"tenant": null}, {"tenant": "initech"}, {"tenant": "ACME"}, {"tenant": 3}, {}]
+	contexts := [object.union(object.union(s, r), t) |
+		some s in subjects
+		some r in role_parts
+		some t in tenant_parts
+	]
+	requests := [
+		{"tool": add_tool, "arguments": {}},
+		{"tool": {"name": ""}, "arguments": {}},
+		{"tool": add_tool, "arguments": []},
+		{"arguments": {}},
+	]
+	inputs := array.concat(
+		[object.union(r, {"context": c}) | some r in requests; some c in contexts],
+		[{"tool": add_tool, "arguments": {}, "context": "alice"}, {"tool": add_tool, "arguments": {}}, {}],
+	)
+	every inp in inputs {
+		n := count(caller.deny) with input as inp
+		valid_agrees(inp, n)
+	}
+}
+
+valid_agrees(inp, 0) if caller.valid with input as inp
+
+valid_agrees(inp, n) if {
+	n > 0
+	not caller.valid with input as inp
 }

@@ -9,18 +9,26 @@
 #   characters are refused in the command and in every argument.
 package gateway.authz.exec
 
-import data.gateway.authz.lib
+import data.gateway.authz.lib.arguments
+import data.gateway.authz.lib.denial
+import data.gateway.authz.lib.misconfigured
+import data.gateway.authz.lib.missing
+import data.gateway.authz.lib.setting
+import data.gateway.authz.lib.string_list
+import data.gateway.authz.lib.tool
 
 module := "exec"
 
-applies if lib.tool.kind == "exec"
+applies if tool.kind == "exec"
 
-command_arg := lib.setting("command_arg", "")
+command_arg := setting("command_arg", "")
 
-args_arg := lib.setting("args_arg", "")
+args_arg := setting("args_arg", "")
 
-commands := lib.setting("commands", {}) if {
-	is_object(lib.setting("commands", {}))
+commands_setting := setting("commands", {})
+
+commands := commands_setting if {
+	is_object(commands_setting)
 } else := {}
 
 # Safe characters: a bare command name, and a plain argument token.
@@ -29,23 +37,34 @@ command_chars := `^[A-Za-z0-9][A-Za-z0-9._-]*$`
 arg_chars := `^[A-Za-z0-9._,:=@+/-]+$`
 
 # The requested command, when it is a string.
-command := lib.arguments[command_arg] if {
+command := arguments[command_arg] if {
 	applies
 	is_string(command_arg)
-	is_string(lib.arguments[command_arg])
+	is_string(arguments[command_arg])
 }
 
 # The allow-list entry of the requested command.
 entry := commands[command] if is_object(commands[command])
 
 # The requested arguments: the array argument, or [] when absent.
-args := lib.arguments[args_arg] if {
+args := arguments[args_arg] if {
 	applies
 	is_string(args_arg)
 	args_arg != ""
-	not lib.missing(args_arg)
+	not missing(args_arg)
 } else := [] if {
 	applies
+}
+
+# The requested command, when it is a bare command name.
+bare_command := command if regex.match(command_chars, command)
+
+# The members of the arguments array that are plain tokens (strings of arg_chars), by index.
+plain_args[i] := a if {
+	is_array(args)
+	some i, a in args
+	is_string(a)
+	regex.match(arg_chars, a)
 }
 
 # The command's argument limit (16 unless the entry sets a number).
@@ -53,15 +72,20 @@ max_args := entry.max_args if {
 	is_number(entry.max_args)
 } else := 16
 
+# The entry's allowed arguments, and its patterns anchored to match whole arguments.
+allowed_args := string_list(entry.args)
+
+anchored_patterns := [concat("", ["^(?:", pattern, ")$"]) | some pattern in string_list(entry.arg_patterns)]
+
 # arg_allowed(a) holds when entry lists a, or one of its patterns fully matches a.
-arg_allowed(a) if a in lib.string_list(entry.args)
+arg_allowed(a) if a in allowed_args
 
 arg_allowed(a) if {
-	some pattern in lib.string_list(entry.arg_patterns)
-	regex.match(concat("", ["^(?:", pattern, ")$"]), a)
+	some pattern in anchored_patterns
+	regex.match(pattern, a)
 }
 
-deny contains lib.denial(module, lib.misconfigured, "exec tool has no command_arg") if {
+deny contains denial(module, misconfigured, "exec tool has no command_arg") if {
 	applies
 	not valid_command_arg
 }
@@ -71,57 +95,54 @@ valid_command_arg if {
 	command_arg != ""
 }
 
-deny contains lib.denial(module, "a required argument is missing", sprintf("command argument \"%s\" is missing", [command_arg])) if {
+deny contains denial(module, "a required argument is missing", sprintf("command argument \"%s\" is missing", [command_arg])) if {
 	applies
 	valid_command_arg
-	lib.missing(command_arg)
+	missing(command_arg)
 }
 
-deny contains lib.denial(module, "the command is not allowed", sprintf("command argument \"%s\" is not a string", [command_arg])) if {
+deny contains denial(module, "the command is not allowed", sprintf("command argument \"%s\" is not a string", [command_arg])) if {
 	applies
 	valid_command_arg
-	not lib.missing(command_arg)
 	not command
+	not missing(command_arg)
 }
 
-deny contains lib.denial(module, "the command contains shell metacharacters or whitespace", sprintf("command argument \"%s\" is not a bare command name", [command_arg])) if {
-	cmd := command
-	not regex.match(command_chars, cmd)
+deny contains denial(module, "the command contains shell metacharacters or whitespace", sprintf("command argument \"%s\" is not a bare command name", [command_arg])) if {
+	command
+	not bare_command
 }
 
-deny contains lib.denial(module, "the command is not allowed", sprintf("command \"%s\" is not in the allow-list", [command])) if {
-	regex.match(command_chars, command)
+deny contains denial(module, "the command is not allowed", sprintf("command \"%s\" is not in the allow-list", [command])) if {
+	bare_command
 	not entry
 }
 
-deny contains lib.denial(module, "the command arguments are malformed", sprintf("argument \"%s\" is not an array", [args_arg])) if {
+deny contains denial(module, "the command arguments are malformed", sprintf("argument \"%s\" is not an array", [args_arg])) if {
 	value := args
 	not is_array(value)
 }
 
-deny contains lib.denial(module, "too many command arguments", sprintf("command \"%s\" allows at most %v arguments", [command, max_args])) if {
+deny contains denial(module, "too many command arguments", sprintf("command \"%s\" allows at most %v arguments", [command, max_args])) if {
 	is_array(args)
 	count(args) > max_args
 }
 
-deny contains lib.denial(module, "the command arguments are malformed", sprintf("member %d of argument \"%s\" is not a string", [i, args_arg])) if {
+deny contains denial(module, "the command arguments are malformed", sprintf("member %d of argument \"%s\" is not a string", [i, args_arg])) if {
 	is_array(args)
 	some i, a in args
 	not is_string(a)
 }
 
-deny contains lib.denial(module, "the command arguments contain shell metacharacters or whitespace", sprintf("member %d of argument \"%s\" has characters outside [A-Za-z0-9._,:=@+/-]", [i, args_arg])) if {
+deny contains denial(module, "the command arguments contain shell metacharacters or whitespace", sprintf("member %d of argument \"%s\" has characters outside [A-Za-z0-9._,:=@+/-]", [i, args_arg])) if {
 	is_array(args)
 	some i, a in args
 	is_string(a)
-	not regex.match(arg_chars, a)
+	not plain_args[i]
 }
 
-deny contains lib.denial(module, "a command argument is not allowed", sprintf("member %d of argument \"%s\" is not allowed for command \"%s\"", [i, args_arg, command])) if {
-	is_array(args)
+deny contains denial(module, "a command argument is not allowed", sprintf("member %d of argument \"%s\" is not allowed for command \"%s\"", [i, args_arg, command])) if {
 	entry
-	some i, a in args
-	is_string(a)
-	regex.match(arg_chars, a)
+	some i, a in plain_args
 	not arg_allowed(a)
 }

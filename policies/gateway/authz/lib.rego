@@ -11,24 +11,28 @@ config := data.gateway.config if {
 	is_object(data.gateway.config)
 } else := {}
 
+# The sections below read data.gateway.config directly rather than through config:
+# when config is not an object, data.gateway.config.<section> is undefined, so they
+# come out the same, with one rule fewer to evaluate per decision.
+
 # Tool settings by tool name.
-tools := config.tools if {
-	is_object(config.tools)
+tools := data.gateway.config.tools if {
+	is_object(data.gateway.config.tools)
 } else := {}
 
 # Role definitions by role name.
-role_defs := config.roles if {
-	is_object(config.roles)
+role_defs := data.gateway.config.roles if {
+	is_object(data.gateway.config.roles)
 } else := {}
 
 # Known tenants by tenant id.
-tenants := config.tenants if {
-	is_object(config.tenants)
+tenants := data.gateway.config.tenants if {
+	is_object(data.gateway.config.tenants)
 } else := {}
 
 # Tenant-owned resources: resource kind -> resource id -> owning tenant.
-resources := config.resources if {
-	is_object(config.resources)
+resources := data.gateway.config.resources if {
+	is_object(data.gateway.config.resources)
 } else := {}
 
 # True when the caller supplied a context object.
@@ -36,7 +40,7 @@ context_present if is_object(input.context)
 
 # Caller-owned context; {} when missing or malformed.
 ctx := input.context if {
-	context_present
+	is_object(input.context)
 } else := {}
 
 # True when the request carries an arguments object.
@@ -67,14 +71,18 @@ roles := [r | some r in ctx.roles; is_string(r)] if {
 	is_array(ctx.roles)
 } else := []
 
-# Tenant ids are lowercase slugs; this also makes them safe to splice into paths.
-tenant_pattern := `^[a-z0-9][a-z0-9_-]{0,62}$`
-
-# The caller's tenant, when it is a well-formed, known tenant id.
-tenant := ctx.tenant if {
-	is_string(ctx.tenant)
-	regex.match(tenant_pattern, ctx.tenant)
-	is_object(tenants[ctx.tenant])
+# The caller's tenant, when it is a well-formed, known tenant id. Tenant ids are
+# lowercase slugs, ^[a-z0-9][a-z0-9_-]{0,62}$ (checked with string builtins, which
+# cost far less than a regex); this also makes them safe to splice into paths.
+tenant := t if {
+	t := ctx.tenant
+	is_string(t)
+	is_object(tenants[t])
+	t != ""
+	count(t) <= 63
+	trim(t, "abcdefghijklmnopqrstuvwxyz0123456789_-") == ""
+	not startswith(t, "-")
+	not startswith(t, "_")
 }
 
 # The definitions of the caller's known roles.

@@ -8,14 +8,29 @@
 #   with that argument at all. Tools of kind "payment" must declare limits.
 package gateway.authz.limits
 
-import data.gateway.authz.lib
+import data.gateway.authz.lib.arguments
+import data.gateway.authz.lib.caller_role_defs
+import data.gateway.authz.lib.denial
+import data.gateway.authz.lib.misconfigured
+import data.gateway.authz.lib.missing
+import data.gateway.authz.lib.roles
+import data.gateway.authz.lib.setting
+import data.gateway.authz.lib.tool
 
 module := "limits"
 
 exceeded := "the amount exceeds what the caller's roles allow"
 
-limit_list := lib.setting("limits", []) if {
-	is_array(lib.setting("limits", []))
+# The module can deny a call only for a tool with a "limits" setting, or of kind
+# payment: main.rego evaluates deny only when this holds.
+applies if object.get(tool, "limits", null) != null
+
+applies if tool.kind == "payment"
+
+limits_setting := setting("limits", [])
+
+limit_list := limits_setting if {
+	is_array(limits_setting)
 } else := []
 
 # valid_spec(spec) holds for a well-formed limit specification.
@@ -34,54 +49,74 @@ specs contains spec if {
 
 # role_limit(key) is the largest limit the caller's roles grant for key.
 role_limit(key) := max(values) if {
-	values := [v | some def in lib.caller_role_defs; v := def.limits[key]; is_number(v)]
+	values := [v | some def in caller_role_defs; v := def.limits[key]; is_number(v)]
 	count(values) > 0
 }
 
-deny contains lib.denial(module, lib.misconfigured, "setting limits is not an array") if {
-	value := lib.setting("limits", [])
-	not is_array(value)
+# The limit keys of the specifications, with the caller's role_limit when defined
+# (computed once per key).
+spec_limits[key] := role_limit(key) if {
+	some spec in specs
+	key := spec.limit
 }
 
-deny contains lib.denial(module, lib.misconfigured, "setting limits has a member that is not a {arg, limit, min} object") if {
+# The numeric limited arguments, by argument name.
+amounts[name] := value if {
+	some spec in specs
+	name := spec.arg
+	value := arguments[name]
+	is_number(value)
+}
+
+deny contains denial(module, misconfigured, "setting limits is not an array") if {
+	not is_array(limits_setting)
+}
+
+deny contains denial(module, misconfigured, "setting limits has a member that is not a {arg, limit, min} object") if {
+	count(specs) < count(limit_list) # some member is not in specs
 	some spec in limit_list
 	not valid_spec(spec)
 }
 
-deny contains lib.denial(module, lib.misconfigured, "payment tool declares no limits") if {
-	lib.tool.kind == "payment"
+deny contains denial(module, misconfigured, "payment tool declares no limits") if {
+	tool.kind == "payment"
 	count(specs) == 0
 }
 
-deny contains lib.denial(module, "a required argument is missing", sprintf("limited argument \"%s\" is missing", [spec.arg])) if {
+deny contains denial(module, "a required argument is missing", sprintf("limited argument \"%s\" is missing", [name])) if {
 	some spec in specs
-	lib.missing(spec.arg)
+	name := spec.arg
+	not amounts[name]
+	missing(name)
 }
 
-deny contains lib.denial(module, "the amount is invalid", sprintf("limited argument \"%s\" is not a number", [spec.arg])) if {
+deny contains denial(module, "the amount is invalid", sprintf("limited argument \"%s\" is not a number", [name])) if {
 	some spec in specs
-	not lib.missing(spec.arg)
-	not lib.arg_is_number(spec.arg)
+	name := spec.arg
+	not amounts[name] # not arg_is_number(name)
+	not missing(name)
 }
 
-deny contains lib.denial(module, "the amount is invalid", sprintf("limited argument \"%s\" is below the minimum", [spec.arg])) if {
+deny contains denial(module, "the amount is invalid", sprintf("limited argument \"%s\" is below the minimum", [name])) if {
 	some spec in specs
-	value := lib.arguments[spec.arg]
-	is_number(value)
+	name := spec.arg
+	value := amounts[name]
 	value < object.get(spec, "min", 0)
 }
 
-deny contains lib.denial(module, exceeded, sprintf("no role in %s defines limit \"%s\" for argument \"%s\"", [roles_text, spec.limit, spec.arg])) if {
+deny contains denial(module, exceeded, sprintf("no role in %s defines limit \"%s\" for argument \"%s\"", [roles_text, key, spec.arg])) if {
 	some spec in specs
-	not role_limit(spec.limit)
+	key := spec.limit
+	not spec_limits[key]
 }
 
-deny contains lib.denial(module, exceeded, sprintf("limited argument \"%s\" exceeds limit \"%s\" = %v of the caller's roles", [spec.arg, spec.limit, limit])) if {
+deny contains denial(module, exceeded, sprintf("limited argument \"%s\" exceeds limit \"%s\" = %v of the caller's roles", [name, key, limit])) if {
 	some spec in specs
-	value := lib.arguments[spec.arg]
-	is_number(value)
-	limit := role_limit(spec.limit)
+	name := spec.arg
+	value := amounts[name]
+	key := spec.limit
+	limit := spec_limits[key]
 	value > limit
 }
 
-roles_text := concat("", ["[", concat(", ", sort(lib.roles)), "]"])
+roles_text := concat("", ["[", concat(", ", sort(roles)), "]"])

@@ -11,34 +11,66 @@
 #   the reasons list every denial of every module.
 package gateway.authz
 
-import data.gateway.authz.caller
-import data.gateway.authz.exec
-import data.gateway.authz.lib
-import data.gateway.authz.limits
-import data.gateway.authz.paths
-import data.gateway.authz.rbac
-import data.gateway.authz.sql
-import data.gateway.authz.tenancy
-import data.gateway.authz.urls
+import data.gateway.authz.lib.tool
+import data.gateway.authz.lib.tool_name
 
-# Stage 1: who is calling, and is the request well-formed.
-caller_denials := caller.deny
+# The modules are referenced by full rule paths, never through an imported package
+# (`import data.gateway.authz.caller` then `caller.deny`): regorus evaluates every rule
+# of an imported package the first time one of its rules is referenced that way.
 
-# Stage 2: may this caller use this tool at all.
-access_denials := rbac.deny
+# Stage 1: who is calling, and is the request well-formed. (caller.valid holds
+# exactly when caller.deny is empty, and costs less.)
+caller_denials := set() if {
+	data.gateway.authz.caller.valid
+} else := data.gateway.authz.caller.deny
 
-# Stage 3: are the arguments acceptable for this caller.
-argument_denials := ((((tenancy.deny | paths.deny) | urls.deny) | sql.deny) | limits.deny) | exec.deny
+# Stage 2: may this caller use this tool at all. (rbac.deny is empty when
+# rbac.permitted holds.)
+access_denials := set() if {
+	data.gateway.authz.rbac.permitted
+} else := data.gateway.authz.rbac.deny
+
+# Stage 3: are the arguments acceptable for this caller. A module's deny set is
+# evaluated only when the module applies to the called tool (it is empty otherwise),
+# so a call pays only for the modules that concern it. The first branch is a fast
+# path for the commonest tools: no stage-3 module applies to a generic tool without
+# tenant, resource or limit settings (see tenancy.applies and limits.applies; the
+# kind modules apply to other kinds only).
+argument_denials := set() if {
+	tool.kind == "generic"
+	object.get(tool, "tenant_args", null) == null
+	object.get(tool, "resource_args", null) == null
+	object.get(tool, "limits", null) == null
+} else := (tenancy_denials | limits_denials) | kind_denials
+
+tenancy_denials := data.gateway.authz.tenancy.deny if {
+	data.gateway.authz.tenancy.applies
+} else := set()
+
+limits_denials := data.gateway.authz.limits.deny if {
+	data.gateway.authz.limits.applies
+} else := set()
+
+# The deny set of the module for the tool's kind: each of these modules applies to
+# exactly one kind (its "applies" rule), and its deny set is empty for other kinds.
+kind_denials := data.gateway.authz.paths.deny if {
+	tool.kind == "filesystem"
+} else := data.gateway.authz.urls.deny if {
+	tool.kind == "url"
+} else := data.gateway.authz.sql.deny if {
+	tool.kind == "sql"
+} else := data.gateway.authz.exec.deny if {
+	tool.kind == "exec"
+} else := set()
 
 denials := (caller_denials | access_denials) | argument_denials
 
-default allow := false
-
+# caller.valid and rbac.permitted imply that the first two stages deny nothing.
 allow if {
-	caller.valid
-	rbac.permitted
-	count(denials) == 0
-}
+	data.gateway.authz.caller.valid
+	data.gateway.authz.rbac.permitted
+	count(argument_denials) == 0
+} else := false
 
 # The denials whose messages the caller may see.
 public_denials := caller_denials if {
@@ -53,7 +85,7 @@ message := "the call is authorized" if {
 	count(public_denials) > 0
 } else := "the call is not authorized"
 
-reasons := [sprintf("rbac: tool \"%s\" granted by role(s) %s", [lib.tool_name, concat(", ", sort(rbac.granting_roles))])] if {
+reasons := [sprintf("rbac: tool \"%s\" granted by role(s) %s", [tool_name, concat(", ", sort(data.gateway.authz.rbac.granting_roles))])] if {
 	allow
 } else := sort({d.reason | some d in denials}) if {
 	count(denials) > 0
@@ -63,10 +95,10 @@ reasons := [sprintf("rbac: tool \"%s\" granted by role(s) %s", [lib.tool_name, c
 # of the input and data, so decisions are cacheable; a tool may lower or
 # disable (0) caching with its "cache_ttl_s" setting. Any rule that reads the
 # clock or external state must make this 0.
-ttl_s := lib.tool.cache_ttl_s if {
-	valid_ttl(lib.tool.cache_ttl_s)
-} else := lib.config.cache_ttl_s if {
-	valid_ttl(lib.config.cache_ttl_s)
+ttl_s := tool.cache_ttl_s if {
+	valid_ttl(tool.cache_ttl_s)
+} else := data.gateway.config.cache_ttl_s if {
+	valid_ttl(data.gateway.config.cache_ttl_s)
 } else := 0
 
 valid_ttl(x) if {

@@ -1,7 +1,15 @@
 package gateway.authz.main_test
 
 import data.gateway.authz
+import data.gateway.authz.caller
+import data.gateway.authz.exec
 import data.gateway.authz.fixtures_test as fx
+import data.gateway.authz.limits
+import data.gateway.authz.paths
+import data.gateway.authz.rbac
+import data.gateway.authz.sql
+import data.gateway.authz.tenancy
+import data.gateway.authz.urls
 
 test_allowed_decision_shape if {
 	d := fx.as_role("reader", "add", {"query": "q"})
@@ -123,4 +131,71 @@ test_only_true_allows if {
 	}
 	d2 := fx.as_role("clerk", "add", {})
 	d2.allow == false
+}
+
+# main.rego evaluates a module's deny set only when the module applies (and none on the
+# fast path for plain generic tools), and skips the caller and rbac deny sets when
+# caller.valid and rbac.permitted hold. The stage sets must still equal the plain unions.
+all_argument_denials := ((((tenancy.deny | paths.deny) | urls.deny) | sql.deny) | limits.deny) | exec.deny
+
+dispatch_inputs := [fx.request(tool, args, ctx) |
+	some tool in ["add", "search", "read_file", "write_file", "fetch_url", "query_db", "pay", "run_command", "nope"]
+	some args in [
+		{},
+		{
+			"path": "/srv/tenants/acme/x", "url": "https://api.example.com/", "query": "select 1",
+			"database": "acme_sales", "amount": 5, "from_account": "acct-acme-001", "command": "ls",
+			"tenant": "acme",
+		},
+		{
+			"path": "../x", "url": "http://10.0.0.1:8080/", "query": "drop table t; --",
+			"database": "globex_hr", "amount": "5", "from_account": "nope", "command": "rm",
+			"args": ["-rf", "/"], "tenant": "globex",
+		},
+	]
+	some ctx in [fx.context(["reader", "clerk", "operator", "writer"], "acme"), {"subject": "alice", "roles": ["reader"]}]
+]
+
+stages_agree if {
+	every inp in dispatch_inputs {
+		got := [authz.caller_denials, authz.access_denials, authz.argument_denials] with input as inp
+		want := [caller.deny, rbac.deny, all_argument_denials] with input as inp
+		got == want
+	}
+}
+
+test_stage_dispatch_matches_all_modules if {
+	stages_agree
+}
+
+test_stage_dispatch_generic_tool_with_tenant_args if {
+	stages_agree with data.gateway.config.tools.add.tenant_args as ["tenant"]
+}
+
+test_stage_dispatch_generic_tool_with_resource_args if {
+	stages_agree with data.gateway.config.tools.add.resource_args as {"database": "databases"}
+}
+
+test_stage_dispatch_generic_tool_with_limits if {
+	stages_agree with data.gateway.config.tools.add.limits as [{"arg": "amount", "limit": "payment_amount"}]
+}
+
+test_stage_dispatch_generic_tool_with_malformed_limits if {
+	stages_agree with data.gateway.config.tools.add.limits as "bad"
+}
+
+test_stage_dispatch_payment_kind_without_limits if {
+	stages_agree with data.gateway.config.tools.add.kind as "payment"
+}
+
+test_stage_dispatch_null_tenant_args if {
+	stages_agree with data.gateway.config.tools.search.tenant_args as null
+}
+
+test_stage_dispatch_filesystem_without_tenant_roots if {
+	stages_agree with data.gateway.config.tools.read_file.roots as ["/srv/shared/"]
+}
+
+test_stage_dispatch_generic_tool_with_path_settings if {
+	stages_agree with data.gateway.config.tools.write_file.kind as "generic"
 }

@@ -8,17 +8,30 @@
 #   different path is refused outright.
 package gateway.authz.paths
 
-import data.gateway.authz.lib
+import data.gateway.authz.lib.arg_is_string
+import data.gateway.authz.lib.arguments
+import data.gateway.authz.lib.denial
+import data.gateway.authz.lib.has_control
+import data.gateway.authz.lib.has_non_ascii
+import data.gateway.authz.lib.misconfigured
+import data.gateway.authz.lib.missing
+import data.gateway.authz.lib.setting
+import data.gateway.authz.lib.string_list
+import data.gateway.authz.lib.tenant
+import data.gateway.authz.lib.tool
 
 module := "paths"
 
-applies if lib.tool.kind == "filesystem"
+applies if tool.kind == "filesystem"
 
-path_args := lib.string_list(lib.setting("path_args", []))
+path_args := string_list(setting("path_args", []))
 
-max_length := lib.setting("max_length", 4096)
+max_length := setting("max_length", 4096)
 
-allow_non_ascii := lib.setting("allow_non_ascii", false)
+allow_non_ascii := setting("allow_non_ascii", false)
+
+# The string members of the "roots" setting.
+root_settings := string_list(setting("roots", []))
 
 # Characters that render like path syntax ("/", ".", "\") or are invisible.
 # Refused even when allow_non_ascii is true.
@@ -28,112 +41,137 @@ lookalikes := `[\x{0338}\x{2024}\x{2025}\x{2026}\x{2044}\x{2215}\x{2216}\x{29F5}
 values[name] := p if {
 	applies
 	some name in path_args
-	p := lib.arguments[name]
+	p := arguments[name]
 	is_string(p)
+}
+
+# The names of path arguments in a plainly harmless form: absolute, non-empty
+# segments of [A-Za-z0-9._-] that do not start with '.', an optional trailing '/'.
+# Such a path passes every check below except, possibly, the length and root checks,
+# so the other checks look only at the remaining paths (one regex for the common case).
+plain contains name if {
+	some name, p in values
+	regex.match(`^(/[A-Za-z0-9_-][A-Za-z0-9._-]*)+/?$`, p)
+}
+
+# The string-valued path arguments that are not plain, by argument name.
+unusual[name] := p if {
+	some name, p in values
+	not plain[name]
 }
 
 # The configured roots that are absolute, with "{tenant}" replaced by the caller's tenant.
 roots contains root if {
-	some root in lib.string_list(lib.setting("roots", []))
+	some root in root_settings
 	startswith(root, "/")
 	not contains(root, "{tenant}")
 }
 
-roots contains replace(root, "{tenant}", lib.tenant) if {
-	some root in lib.string_list(lib.setting("roots", []))
+roots contains replace(root, "{tenant}", tenant) if {
+	some root in root_settings
 	startswith(root, "/")
 	contains(root, "{tenant}")
 }
 
-# within(p, root) holds when p is root itself or below it.
-within(p, root) if p == trim_suffix(root, "/")
+# The roots without their trailing '/'.
+root_dirs := {trim_suffix(root, "/") | some root in roots}
 
-within(p, root) if startswith(p, concat("", [trim_suffix(root, "/"), "/"]))
+# inside_roots(p) holds when p is a root itself or below one.
+inside_roots(p) if p in root_dirs
 
 inside_roots(p) if {
-	some root in roots
-	within(p, root)
+	some dir in root_dirs
+	startswith(p, concat("", [dir, "/"]))
 }
 
-deny contains lib.denial(module, lib.misconfigured, "filesystem tool has no path_args") if {
+deny contains denial(module, misconfigured, "filesystem tool has no path_args") if {
 	applies
 	count(path_args) == 0
 }
 
-deny contains lib.denial(module, lib.misconfigured, "filesystem tool has no usable roots") if {
+deny contains denial(module, misconfigured, "filesystem tool has no usable roots") if {
 	applies
-	count(lib.string_list(lib.setting("roots", []))) == 0
+	count(root_settings) == 0
 }
 
-deny contains lib.denial(module, "a required argument is missing", sprintf("path argument \"%s\" is missing", [name])) if {
-	applies
-	some name in path_args
-	lib.missing(name)
-}
-
-deny contains lib.denial(module, "path is not allowed: it must be a string", sprintf("path argument \"%s\" is not a string", [name])) if {
+deny contains denial(module, "a required argument is missing", sprintf("path argument \"%s\" is missing", [name])) if {
 	applies
 	some name in path_args
-	not lib.missing(name)
-	not lib.arg_is_string(name)
+	not values[name]
+	missing(name)
 }
 
-deny contains lib.denial(module, "path is not allowed: it is empty", sprintf("path argument \"%s\" is empty", [name])) if {
-	some name, p in values
-	p == ""
+deny contains denial(module, "path is not allowed: it must be a string", sprintf("path argument \"%s\" is not a string", [name])) if {
+	applies
+	some name in path_args
+	not values[name]
+	not missing(name)
+	not arg_is_string(name)
 }
 
-deny contains lib.denial(module, "path is not allowed: it is too long", sprintf("path argument \"%s\" is longer than %d characters", [name, max_length])) if {
+deny contains denial(module, "path is not allowed: it is too long", sprintf("path argument \"%s\" is longer than %d characters", [name, max_length])) if {
 	some name, p in values
 	is_number(max_length)
 	count(p) > max_length
 }
 
-deny contains lib.denial(module, "path is not allowed: it contains control characters", sprintf("path argument \"%s\" contains a control character (NUL, newline, ...)", [name])) if {
+deny contains denial(module, "path is not allowed: it is outside the allowed directories", sprintf("path argument \"%s\" is not inside any allowed root", [name])) if {
 	some name, p in values
-	lib.has_control(p)
+	startswith(p, "/")
+	not inside_roots(p)
 }
 
-deny contains lib.denial(module, "path is not allowed: backslashes are not allowed", sprintf("path argument \"%s\" contains a backslash", [name])) if {
-	some name, p in values
+# The checks below can fail only for a path that is not plain, so they are evaluated
+# only when there is one.
+deny contains d if {
+	count(unusual) > 0
+	some d in unusual_denials
+}
+
+unusual_denials contains denial(module, "path is not allowed: it is empty", sprintf("path argument \"%s\" is empty", [name])) if {
+	some name, p in unusual
+	p == ""
+}
+
+unusual_denials contains denial(module, "path is not allowed: it contains control characters", sprintf("path argument \"%s\" contains a control character (NUL, newline, ...)", [name])) if {
+	some name, p in unusual
+	has_control(p)
+}
+
+unusual_denials contains denial(module, "path is not allowed: backslashes are not allowed", sprintf("path argument \"%s\" contains a backslash", [name])) if {
+	some name, p in unusual
 	contains(p, `\`)
 }
 
-deny contains lib.denial(module, "path is not allowed: percent-encoding is not allowed", sprintf("path argument \"%s\" contains '%%' (percent-encoding such as %%2e or %%2f)", [name])) if {
-	some name, p in values
+unusual_denials contains denial(module, "path is not allowed: percent-encoding is not allowed", sprintf("path argument \"%s\" contains '%%' (percent-encoding such as %%2e or %%2f)", [name])) if {
+	some name, p in unusual
 	contains(p, "%")
 }
 
-deny contains lib.denial(module, "path is not allowed: non-ASCII characters are not allowed", sprintf("path argument \"%s\" contains non-ASCII characters", [name])) if {
-	some name, p in values
+unusual_denials contains denial(module, "path is not allowed: non-ASCII characters are not allowed", sprintf("path argument \"%s\" contains non-ASCII characters", [name])) if {
+	some name, p in unusual
 	allow_non_ascii != true
-	lib.has_non_ascii(p)
+	has_non_ascii(p)
 }
 
-deny contains lib.denial(module, "path is not allowed: it contains look-alike or invisible characters", sprintf("path argument \"%s\" contains a Unicode look-alike of '/', '.' or '\\', or an invisible character", [name])) if {
-	some name, p in values
+unusual_denials contains denial(module, "path is not allowed: it contains look-alike or invisible characters", sprintf("path argument \"%s\" contains a Unicode look-alike of '/', '.' or '\\', or an invisible character", [name])) if {
+	some name, p in unusual
 	regex.match(lookalikes, p)
 }
 
-deny contains lib.denial(module, "path is not allowed: it must be absolute", sprintf("path argument \"%s\" is relative", [name])) if {
-	some name, p in values
+unusual_denials contains denial(module, "path is not allowed: it must be absolute", sprintf("path argument \"%s\" is relative", [name])) if {
+	some name, p in unusual
 	p != ""
 	not startswith(p, "/")
 }
 
-deny contains lib.denial(module, "path is not allowed: doubled slashes are not allowed", sprintf("path argument \"%s\" contains '//'", [name])) if {
-	some name, p in values
+unusual_denials contains denial(module, "path is not allowed: doubled slashes are not allowed", sprintf("path argument \"%s\" contains '//'", [name])) if {
+	some name, p in unusual
 	contains(p, "//")
 }
 
-deny contains lib.denial(module, "path is not allowed: '.' and '..' segments are not allowed", sprintf("path argument \"%s\" contains a '%s' segment (traversal)", [name, segment])) if {
-	some name, p in values
+unusual_denials contains denial(module, "path is not allowed: '.' and '..' segments are not allowed", sprintf("path argument \"%s\" contains a '%s' segment (traversal)", [name, segment])) if {
+	some name, p in unusual
 	some segment in split(p, "/")
 	segment in {".", ".."}
-}
-
-deny contains lib.denial(module, "path is not allowed: it is outside the allowed directories", sprintf("path argument \"%s\" is not inside any allowed root", [name])) if {
-	some name, p in values
-	startswith(p, "/")
-	not inside_roots(p)
 }

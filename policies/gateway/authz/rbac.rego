@@ -5,7 +5,11 @@
 #   settings) and one of the caller's roles lists it (roles -> tools).
 package gateway.authz.rbac
 
-import data.gateway.authz.lib
+import data.gateway.authz.lib.denial
+import data.gateway.authz.lib.role_defs
+import data.gateway.authz.lib.roles
+import data.gateway.authz.lib.tool
+import data.gateway.authz.lib.tool_name
 
 module := "rbac"
 
@@ -14,33 +18,34 @@ kinds := {"filesystem", "url", "sql", "exec", "payment", "generic"}
 
 # The caller's roles that grant the called tool.
 granting_roles contains r if {
-	some r in lib.roles
-	def := lib.role_defs[r]
+	some r in roles
+	def := role_defs[r]
 	is_object(def)
-	lib.tool_name in lib.string_list(def.tools)
+	is_array(def.tools)
+	tool_name in def.tools # tool_name is a string, so only string members can match
 }
 
 # The called tool is configured with a known kind.
-known_kind if lib.tool.kind in kinds
+known_kind if tool.kind in kinds
 
 # Some role of the caller grants the tool, and the tool is configured with a known kind.
 permitted if {
+	tool.kind in kinds # known_kind
 	count(granting_roles) > 0
-	known_kind
 }
 
-deny contains lib.denial(module, "this tool is not available", sprintf("tool \"%s\" has no settings in data.gateway.config.tools", [lib.tool_name])) if {
-	not lib.tool
+deny contains denial(module, "this tool is not available", sprintf("tool \"%s\" has no settings in data.gateway.config.tools", [tool_name])) if {
+	not tool
 }
 
-deny contains lib.denial(module, "this tool is not available", sprintf("tool \"%s\" has an unsupported kind", [lib.tool_name])) if {
-	lib.tool
+deny contains denial(module, "this tool is not available", sprintf("tool \"%s\" has an unsupported kind", [tool_name])) if {
+	tool
 	not known_kind
 }
 
-deny contains lib.denial(module, "the caller's roles do not permit this tool", sprintf("no role in %s grants tool \"%s\"", [roles_text, lib.tool_name])) if {
-	lib.tool
+deny contains denial(module, "the caller's roles do not permit this tool", sprintf("no role in %s grants tool \"%s\"", [roles_text, tool_name])) if {
+	tool
 	count(granting_roles) == 0
 }
 
-roles_text := concat("", ["[", concat(", ", sort(lib.roles)), "]"])
+roles_text := concat("", ["[", concat(", ", sort(roles)), "]"])

@@ -10,28 +10,37 @@
 #   compared lowercased; configure them in lowercase.
 package gateway.authz.urls
 
-import data.gateway.authz.lib
+import data.gateway.authz.lib.arg_is_string
+import data.gateway.authz.lib.arguments
+import data.gateway.authz.lib.denial
+import data.gateway.authz.lib.misconfigured
+import data.gateway.authz.lib.missing
+import data.gateway.authz.lib.setting
+import data.gateway.authz.lib.string_list
+import data.gateway.authz.lib.tool
 
 module := "urls"
 
-applies if lib.tool.kind == "url"
+applies if tool.kind == "url"
 
-url_args := lib.string_list(lib.setting("url_args", []))
+url_args := string_list(setting("url_args", []))
 
-schemes := {lower(s) | some s in lib.string_list(lib.setting("schemes", []))}
+schemes := {lower(s) | some s in string_list(setting("schemes", []))}
 
-hosts := {lower(h) | some h in lib.string_list(lib.setting("hosts", []))}
+hosts := {lower(h) | some h in string_list(setting("hosts", []))}
 
-domains := {lower(d) | some d in lib.string_list(lib.setting("domains", []))}
+domains := {lower(d) | some d in string_list(setting("domains", []))}
 
-port_list := lib.setting("ports", []) if {
-	is_array(lib.setting("ports", []))
+ports_setting := setting("ports", [])
+
+port_list := ports_setting if {
+	is_array(ports_setting)
 } else := []
 
 # Allowed explicit ports as canonical decimal strings (so "0443" never matches 443).
 ports := {format_int(p, 10) | some p in port_list; is_number(p)}
 
-max_length := lib.setting("max_length", 2048)
+max_length := setting("max_length", 2048)
 
 url_pattern := `^([a-zA-Z][a-zA-Z0-9+.-]*)://([^/?#]*)(.*)$`
 
@@ -39,7 +48,7 @@ url_pattern := `^([a-zA-Z][a-zA-Z0-9+.-]*)://([^/?#]*)(.*)$`
 values[name] := u if {
 	applies
 	some name in url_args
-	u := lib.arguments[name]
+	u := arguments[name]
 	is_string(u)
 }
 
@@ -76,13 +85,26 @@ port_of[name] := parts[1] if {
 
 label := `[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?`
 
-dns_syntax(host) if regex.match(concat("", ["^", label, `(\.`, label, ")*$"]), host)
+dns_pattern := concat("", ["^", label, `(\.`, label, ")*$"])
+
+dns_syntax(host) if regex.match(dns_pattern, host)
 
 # ip_like(host) holds for hosts that resolvers may read as an IP address:
-# a numeric last label (1.2.3.4, 127.1, 2130706433, 0177.0.0.1) or a hex label (0x7f000001).
-ip_like(host) if regex.match(`(^|\.)[0-9]+$`, host)
+# a numeric last label (1.2.3.4, 127.1, 2130706433, 0177.0.0.1) or a hex label
+# (0x7f000001). One regex, the alternation of the two patterns.
+ip_like(host) if regex.match(`(^|\.)[0-9]+$|(^|\.)0x[0-9a-f]*(\.|$)`, host)
 
-ip_like(host) if regex.match(`(^|\.)0x[0-9a-f]*(\.|$)`, host)
+# Hosts that are valid DNS names, by argument name.
+dns_hosts[name] := host if {
+	some name, host in host_of
+	dns_syntax(host)
+}
+
+# Valid DNS names that resolvers may read as an IP address, by argument name.
+ip_hosts[name] := host if {
+	some name, host in dns_hosts
+	ip_like(host)
+}
 
 host_allowed(host) if host in hosts
 
@@ -94,92 +116,91 @@ host_allowed(host) if {
 	endswith(host, concat("", [".", d]))
 }
 
-deny contains lib.denial(module, lib.misconfigured, "url tool has no url_args") if {
+deny contains denial(module, misconfigured, "url tool has no url_args") if {
 	applies
 	count(url_args) == 0
 }
 
-deny contains lib.denial(module, "a required argument is missing", sprintf("url argument \"%s\" is missing", [name])) if {
+deny contains denial(module, "a required argument is missing", sprintf("url argument \"%s\" is missing", [name])) if {
 	applies
 	some name in url_args
-	lib.missing(name)
+	not values[name]
+	missing(name)
 }
 
-deny contains lib.denial(module, "URL is not allowed: it must be a string", sprintf("url argument \"%s\" is not a string", [name])) if {
+deny contains denial(module, "URL is not allowed: it must be a string", sprintf("url argument \"%s\" is not a string", [name])) if {
 	applies
 	some name in url_args
-	not lib.missing(name)
-	not lib.arg_is_string(name)
+	not values[name]
+	not missing(name)
+	not arg_is_string(name)
 }
 
-deny contains lib.denial(module, "URL is not allowed: it is too long", sprintf("url argument \"%s\" is longer than %d characters", [name, max_length])) if {
+deny contains denial(module, "URL is not allowed: it is too long", sprintf("url argument \"%s\" is longer than %d characters", [name, max_length])) if {
 	some name, u in values
 	is_number(max_length)
 	count(u) > max_length
 }
 
-deny contains lib.denial(module, "URL is not allowed: it contains whitespace, control, backslash or non-ASCII characters", sprintf("url argument \"%s\" has characters outside printable ASCII, or a backslash", [name])) if {
+deny contains denial(module, "URL is not allowed: it contains whitespace, control, backslash or non-ASCII characters", sprintf("url argument \"%s\" has characters outside printable ASCII, or a backslash", [name])) if {
 	some name, u in values
 	not clean[name]
 }
 
-deny contains lib.denial(module, "URL is not allowed: it is malformed", sprintf("url argument \"%s\" is not an absolute URL (scheme://authority...)", [name])) if {
+deny contains denial(module, "URL is not allowed: it is malformed", sprintf("url argument \"%s\" is not an absolute URL (scheme://authority...)", [name])) if {
 	some name, _ in clean
 	not parsed[name]
 }
 
-deny contains lib.denial(module, "URL is not allowed: the scheme is not allowed", sprintf("url argument \"%s\" has scheme \"%s\", not in the allowed schemes", [name, c.scheme])) if {
+deny contains denial(module, "URL is not allowed: the scheme is not allowed", sprintf("url argument \"%s\" has scheme \"%s\", not in the allowed schemes", [name, c.scheme])) if {
 	some name, c in parsed
 	not c.scheme in schemes
 }
 
-deny contains lib.denial(module, "URL is not allowed: credentials (user@host) are not allowed", sprintf("url argument \"%s\" has userinfo ('@') in its authority", [name])) if {
+deny contains denial(module, "URL is not allowed: credentials (user@host) are not allowed", sprintf("url argument \"%s\" has userinfo ('@') in its authority", [name])) if {
 	some name, c in parsed
 	contains(c.authority, "@")
 }
 
-deny contains lib.denial(module, "URL is not allowed: IP address hosts are not allowed", sprintf("url argument \"%s\" has a bracketed IP literal host", [name])) if {
+deny contains denial(module, "URL is not allowed: IP address hosts are not allowed", sprintf("url argument \"%s\" has a bracketed IP literal host", [name])) if {
 	some name, c in parsed
 	not contains(c.authority, "@")
 	startswith(c.authority, "[")
 }
 
-deny contains lib.denial(module, "URL is not allowed: it is malformed", sprintf("url argument \"%s\" has more than one ':' in its authority", [name])) if {
+deny contains denial(module, "URL is not allowed: it is malformed", sprintf("url argument \"%s\" has more than one ':' in its authority", [name])) if {
 	some name, parts in hostports
 	count(parts) > 2
 }
 
-deny contains lib.denial(module, "URL is not allowed: it is malformed", sprintf("url argument \"%s\" has an empty host", [name])) if {
+deny contains denial(module, "URL is not allowed: it is malformed", sprintf("url argument \"%s\" has an empty host", [name])) if {
 	some name, host in host_of
 	host == ""
 }
 
-deny contains lib.denial(module, "URL is not allowed: hosts ending with '.' are not allowed", sprintf("url argument \"%s\" has a host with a trailing dot", [name])) if {
+deny contains denial(module, "URL is not allowed: hosts ending with '.' are not allowed", sprintf("url argument \"%s\" has a host with a trailing dot", [name])) if {
 	some name, host in host_of
 	endswith(host, ".")
 }
 
-deny contains lib.denial(module, "URL is not allowed: the host is not a valid DNS name", sprintf("url argument \"%s\" has a host that is not a valid DNS name", [name])) if {
+deny contains denial(module, "URL is not allowed: the host is not a valid DNS name", sprintf("url argument \"%s\" has a host that is not a valid DNS name", [name])) if {
 	some name, host in host_of
 	host != ""
 	not endswith(host, ".")
-	not dns_syntax(host)
+	not dns_hosts[name]
 }
 
-deny contains lib.denial(module, "URL is not allowed: IP address hosts are not allowed", sprintf("url argument \"%s\" has a host that is an IP address or integer form (%s)", [name, host])) if {
-	some name, host in host_of
-	dns_syntax(host)
-	ip_like(host)
+deny contains denial(module, "URL is not allowed: IP address hosts are not allowed", sprintf("url argument \"%s\" has a host that is an IP address or integer form (%s)", [name, host])) if {
+	some name, host in ip_hosts
 }
 
-deny contains lib.denial(module, "URL is not allowed: the host is not allowed", sprintf("url argument \"%s\" has host \"%s\", not in the allowed hosts or domains", [name, host])) if {
-	some name, host in host_of
-	dns_syntax(host)
-	not ip_like(host)
+deny contains denial(module, "URL is not allowed: the host is not allowed", sprintf("url argument \"%s\" has host \"%s\", not in the allowed hosts or domains", [name, host])) if {
+	some name, host in dns_hosts
+	not ip_hosts[name]
 	not host_allowed(host)
 }
 
-deny contains lib.denial(module, "URL is not allowed: the port is not allowed", sprintf("url argument \"%s\" has port \"%s\", not in the allowed ports", [name, port])) if {
+deny contains denial(module, "URL is not allowed: the port is not allowed", sprintf("url argument \"%s\" has port \"%s\", not in the allowed ports", [name, port])) if {
 	some name, port in port_of
 	not port in ports
 }
