@@ -96,6 +96,16 @@ class InputDocument:
         return self._canonical_arguments
 
     @property
+    def canonical_arguments(self) -> bytes:
+        """The arguments as canonical JSON (sorted members, compact, numbers exact)."""
+        return self._canonical_args()
+
+    @property
+    def tool_json(self) -> bytes:
+        """The ``tool`` member as canonical JSON (computed once per definition)."""
+        return _tool_json(self._definition)
+
+    @property
     def digest(self) -> str:
         """SHA-256 over the canonical tool, arguments and context (computed once)."""
         if self._digest is None:

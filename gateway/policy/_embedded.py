@@ -9,6 +9,7 @@ cost. Everything regorus raises becomes a :class:`gateway.policy.PolicyError`.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -22,6 +23,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final
 
+from gateway import _json
 from gateway.policy._decision import normalize
 from gateway.policy._document import InputDocument
 from gateway.policy._engine import DEFAULT_DECISION_PATH, EngineAnswer, normalize_path
@@ -135,8 +137,8 @@ def _exact_in_binary64(number: int | Decimal) -> bool:
     return Decimal(repr(as_float)) == number
 
 
-def _check_exact_numbers(document: InputDocument) -> None:
-    stack: list[Any] = [document.to_dict()]
+def _first_inexact(encoded: bytes) -> str | None:
+    stack: list[Any] = [_json.parse(encoded, max_depth=10_000)]
     while stack:
         node = stack.pop()
         if isinstance(node, dict):
@@ -148,9 +150,23 @@ def _check_exact_numbers(document: InputDocument) -> None:
             and not isinstance(node, bool)
             and not _exact_in_binary64(node)
         ):
+            return str(node)[:64]
+    return None
+
+
+# The parts of an input document repeat (one tool definition, a few contexts, the same small
+# argument documents), so their verdicts are remembered by their exact encoded bytes.
+_first_inexact_cached = functools.lru_cache(maxsize=8192)(_first_inexact)
+_CACHEABLE: Final = 4096
+
+
+def _check_exact_numbers(document: InputDocument) -> None:
+    for part in (document.canonical_arguments, document.context.json, document.tool_json):
+        found = _first_inexact_cached(part) if len(part) <= _CACHEABLE else _first_inexact(part)
+        if found is not None:
             raise EngineError(
                 "input holds a number the embedded engine cannot represent exactly",
-                detail=f"inexact number {str(node)[:64]}",
+                detail=f"inexact number {found}",
             )
 
 
