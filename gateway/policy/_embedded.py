@@ -222,11 +222,15 @@ class EmbeddedEngine:
 
     def _check(self, sources: PolicySources) -> None:
         # Unknown functions and type errors only surface at evaluation: warm up once.
+        engine: Any = None
         try:
             engine = _build(sources)
             engine.set_input_json('{"arguments":{},"context":{},"tool":{}}')
             engine.eval_query("data." + self._warm_up_path.replace("/", "."))
         except BaseException as exc:
+            # The raised error's traceback keeps this frame: it must not keep the engine,
+            # which panics if the last reference goes on another thread.
+            engine = None
             if _is_control_flow(exc):
                 raise
             raise PolicyLoadError("policy set failed to load", detail=_detail(exc)) from None
@@ -271,6 +275,7 @@ class EmbeddedEngine:
         _check_exact_numbers(document)
         rule = "data." + path.replace("/", ".")
         revision = self._sources.revision
+        engine: Any = None
         try:
             engine = self._engine()
             engine.set_input_json(document.to_json().decode("utf-8"))
@@ -279,6 +284,8 @@ class EmbeddedEngine:
             # only the JSON form tells them apart (OPA reads null as a defined value).
             defined = value is not None or engine.eval_rule_as_json(rule) == "null"
         except BaseException as exc:
+            # A retained traceback keeps this frame; it must not keep the thread's engine.
+            engine = None
             # pyo3 panics are BaseExceptions; they are engine errors, not control flow.
             if _is_control_flow(exc):
                 raise

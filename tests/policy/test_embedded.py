@@ -332,6 +332,40 @@ def test_dropping_an_engine_while_its_threads_live_is_clean() -> None:
             assert future.result().value["allow"] is True
 
 
+def test_an_engine_error_kept_after_its_thread_ended_does_not_hold_the_thread_engine() -> None:
+    # A traceback keeps the frames it passed through; if evaluate_sync's frame still held the
+    # thread's regorus engine, collecting the kept error on this thread would drop that
+    # engine here, which regorus reports as an unraisable RuntimeError (a failure here).
+    engine = EmbeddedEngine.from_directory(REGO_DIR)
+    kept: list[BaseException] = []
+
+    def evaluate() -> None:
+        try:
+            engine.evaluate_sync("gateway/faults/conflict", document())
+        except EngineError as error:
+            kept.append(error)
+
+    worker = threading.Thread(target=evaluate)
+    worker.start()
+    worker.join()
+    (error,) = kept
+    frames = []
+    traceback = error.__traceback__
+    while traceback is not None:
+        frames.append(traceback.tb_frame)
+        traceback = traceback.tb_next
+    held = [
+        value
+        for frame in frames
+        for value in frame.f_locals.values()
+        if type(value).__module__ == "builtins" and type(value).__name__ == "Engine"
+    ]
+    assert held == []
+    kept.clear()
+    del error, frames
+    gc.collect()
+
+
 async def test_evaluate_on_the_loop_and_in_worker_threads() -> None:
     engine = EmbeddedEngine.from_directory(REGO_DIR)
     on_loop = await engine.evaluate(DECISION, document("alice"))
