@@ -113,9 +113,15 @@ def _build(sources: PolicySources) -> Any:
     import regorus  # noqa: PLC0415 - imported where used so the core never needs it
 
     engine = regorus.Engine()
-    for name, text in sources.modules:
-        engine.add_policy(name, text)
-    engine.add_data_json(json.dumps(sources.data))
+    try:
+        for name, text in sources.modules:
+            engine.add_policy(name, text)
+        engine.add_data_json(json.dumps(sources.data))
+    except BaseException:
+        # regorus engines are thread-affine. A traceback keeps this frame alive, and the
+        # cyclic collector may free it on any thread: the frame must not hold the engine.
+        engine = None
+        raise
     return engine
 
 

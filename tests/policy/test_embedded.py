@@ -366,6 +366,31 @@ def test_an_engine_error_kept_after_its_thread_ended_does_not_hold_the_thread_en
     gc.collect()
 
 
+def _engines_held_by(error: BaseException | None) -> list[object]:
+    held: list[object] = []
+    while error is not None:
+        traceback = error.__traceback__
+        while traceback is not None:
+            held.extend(
+                value
+                for value in traceback.tb_frame.f_locals.values()
+                if type(value).__module__ == "builtins" and type(value).__name__ == "Engine"
+            )
+            traceback = traceback.tb_next
+        error = error.__context__
+    return held
+
+
+def test_a_failed_load_keeps_no_regorus_engine_in_its_tracebacks(tmp_path: Path) -> None:
+    # The cyclic collector may free a kept load error on any thread; an engine reachable from
+    # its tracebacks would then be dropped off its own thread.
+    broken = write(tmp_path / "broken", {"p.rego": "package gateway.authz\n\ndecision := {"})
+    with pytest.raises(PolicyLoadError) as caught:
+        EmbeddedEngine.from_directory(broken)
+
+    assert _engines_held_by(caught.value) == []
+
+
 async def test_evaluate_on_the_loop_and_in_worker_threads() -> None:
     engine = EmbeddedEngine.from_directory(REGO_DIR)
     on_loop = await engine.evaluate(DECISION, document("alice"))
