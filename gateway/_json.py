@@ -49,6 +49,29 @@ def _unique_members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return members
 
 
+def parse_trusted(raw: bytes | str, *, exact: bool = True) -> JSONValue:
+    """Decode one JSON document from a trusted peer (OPA's answers, our own audit lines).
+
+    Duplicate member names and non-finite numbers are refused, as in :func:`parse`, but the
+    depth and lone-surrogate walk meant for untrusted tool arguments is skipped: this runs
+    on every decision. ``exact`` keeps non-integer numbers as ``Decimal``.
+
+    Raises:
+        StrictJSONError: not exactly one such document.
+    """
+    try:
+        return json.loads(
+            raw,
+            object_pairs_hook=_unique_members,
+            parse_float=Decimal if exact else float,
+            parse_constant=_reject_constant,
+        )
+    except StrictJSONError:
+        raise
+    except (ValueError, RecursionError) as exc:
+        raise StrictJSONError(f"document is not valid JSON: {exc}") from None
+
+
 def is_blank(raw: bytes) -> bool:
     """Report whether ``raw`` is empty after trimming Unicode white space at both ends."""
     if not raw.strip(b" \t\n\r\v\f"):

@@ -21,7 +21,6 @@ import json
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
-from decimal import Decimal
 from typing import Any, Final
 
 import aiohttp
@@ -63,26 +62,12 @@ def request_body(document: InputDocument) -> bytes:
     return b'{"input":' + document.to_json() + b"}"
 
 
-def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    members = dict(pairs)
-    if len(members) != len(pairs):
-        raise ValueError("duplicate member name")
-    return members
-
-
-def _reject(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
 def _parse_answer(body: bytes) -> Any:
-    # OPA's answer is read strictly where it matters to the decision (one value, no
-    # duplicate members, no NaN, exact numbers), without the depth and surrogate walk that
-    # untrusted tool arguments need: this runs on every decision.
+    # Strict where it matters to the decision (one value, no duplicate members, no NaN,
+    # exact numbers), without the walk meant for untrusted arguments: OPA is the peer.
     try:
-        return json.loads(
-            body, object_pairs_hook=_unique, parse_float=Decimal, parse_constant=_reject
-        )
-    except (ValueError, RecursionError):
+        return _json.parse_trusted(body)
+    except _json.StrictJSONError:
         return None
 
 
