@@ -20,7 +20,6 @@ import platform
 import statistics
 import subprocess
 import tempfile
-import threading
 import time
 import tracemalloc
 from collections.abc import Awaitable, Callable
@@ -30,7 +29,6 @@ from typing import Any
 import aiohttp
 import httpx
 import requests
-import uvicorn
 
 from gateway import (
     Authorization,
@@ -62,7 +60,7 @@ from gateway.server import (
     api_key_digest,
     parse_config,
 )
-from gateway.testing import OpaServer, StaticAuthorizer
+from gateway.testing import LiveServer, OpaServer, StaticAuthorizer
 
 ROOT = Path(__file__).resolve().parent.parent
 POLICIES = ROOT / "policies"
@@ -428,18 +426,10 @@ class Bench:
             app = GatewayApp(
                 gateway, authenticator=Authenticator(config.auth), ready=ready, metrics=metrics
             )
-            server = uvicorn.Server(
-                uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error", access_log=False)
-            )
-            thread = threading.Thread(target=server.run, daemon=True)
-            thread.start()
-            deadline = time.monotonic() + 10
-            while not server.started and time.monotonic() < deadline:  # noqa: ASYNC110 - another thread
-                await asyncio.sleep(0.01)
-            port = server.servers[0].sockets[0].getsockname()[1]
+            server = await asyncio.to_thread(LiveServer(app).start)
             payload = {"id": "c", "name": "add", "arguments": {"a": 1, "b": 2}}
             async with httpx.AsyncClient(
-                base_url=f"http://127.0.0.1:{port}", headers={"X-API-Key": "demo-key-alice"}
+                base_url=server.url, headers={"X-API-Key": "demo-key-alice"}
             ) as client:
 
                 async def once() -> None:
@@ -447,8 +437,7 @@ class Bench:
                     response.raise_for_status()
 
                 self.results["l_http_end_to_end"] = await time_async(once, self.n(2000), warmup=100)
-            server.should_exit = True
-            thread.join(timeout=10)
+            await asyncio.to_thread(server.stop)
             sink.close()
 
 

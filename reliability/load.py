@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any, Final
 
 from gateway.audit import head_path, trail_files, verify
+from gateway.testing import LiveServer
 from reliability import tools
 from reliability.client import KINDS
 from reliability.opa import ROOT
-from reliability.service import LiveServer, build
+from reliability.service import build
 
 _MIB: Final = 1024 * 1024
 _CHILD_SLACK: Final = 120.0

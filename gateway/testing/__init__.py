@@ -7,11 +7,13 @@ parameter, and ``OpaServer`` to run a real ``opa`` binary on loopback.
 
 from gateway.testing._engines import UNDEFINED, StaticEngine
 from gateway.testing._fakes import FakeClock, RecordingAuthorizer, RecordingTool, StaticAuthorizer
+from gateway.testing._live_server import LiveServer
 from gateway.testing._opa_server import OpaContainer, OpaServer, find_opa_binary
 
 __all__ = [
     "UNDEFINED",
     "FakeClock",
+    "LiveServer",
     "OpaContainer",
     "OpaServer",
     "RecordingAuthorizer",

@@ -23,7 +23,6 @@ import json
 import os
 import shutil
 import subprocess
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,14 +31,13 @@ from typing import Any, Final
 
 import httpx
 import pytest
-import uvicorn
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
 from gateway import Failure, FailureKind, Invocation, ToolDefinition, ToolOutput
 from gateway.server import Service, build_service, load_config
-from gateway.testing import OpaServer
+from gateway.testing import LiveServer, OpaServer
 
 REPO_ROOT: Final = Path(__file__).resolve().parents[2]
 POLICIES: Final = REPO_ROOT / "policies"
@@ -292,43 +290,6 @@ def gateway_toml(
 
 
 # -- live servers ---------------------------------------------------------------------------
-
-_START_TIMEOUT: Final = 15.0
-_STOP_TIMEOUT: Final = 15.0
-
-
-class LiveServer:
-    """A real uvicorn server for an ASGI app, on a free port of 127.0.0.1, in a thread."""
-
-    def __init__(self, app: Any) -> None:
-        config = uvicorn.Config(
-            app, host="127.0.0.1", port=0, log_level="warning", lifespan="on", access_log=False
-        )
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, name="uvicorn-test", daemon=True)
-        self.url = ""
-
-    def start(self) -> LiveServer:
-        self._thread.start()
-        deadline = time.monotonic() + _START_TIMEOUT
-        while not self._server.started:
-            if not self._thread.is_alive():
-                raise RuntimeError("uvicorn exited during startup (see the captured log)")
-            if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"uvicorn did not start within {_START_TIMEOUT} s")
-            time.sleep(0.002)
-        port = self._server.servers[0].sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
-        return self
-
-    def stop(self) -> None:
-        if not self._thread.is_alive():
-            return
-        self._server.should_exit = True
-        self._thread.join(_STOP_TIMEOUT)
-        if self._thread.is_alive():
-            raise RuntimeError(f"uvicorn did not stop within {_STOP_TIMEOUT} s")
 
 
 @contextlib.contextmanager
