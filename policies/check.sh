@@ -28,7 +28,10 @@ policy_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 failed=0
 
 echo "== opa version"
-"${opa}" version | head -n 1
+# Read all of it: `| head -n 1` would close the pipe early and, under pipefail, fail the
+# script with SIGPIPE whenever opa writes its second line a moment too late.
+version="$("${opa}" version)"
+echo "${version%%$'\n'*}"
 
 echo "== opa test -v ${policy_dir}"
 if ! "${opa}" test "${policy_dir}" -v; then
