@@ -12,13 +12,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
 import gc
 import json
-import os
-import platform
 import statistics
-import subprocess
 import tempfile
 import time
 import tracemalloc
@@ -61,6 +57,8 @@ from gateway.server import (
     parse_config,
 )
 from gateway.testing import LiveServer, OpaServer, StaticAuthorizer
+from reliability.host import machine
+from reliability.opa import opa_binary, opa_version
 
 ROOT = Path(__file__).resolve().parent.parent
 POLICIES = ROOT / "policies"
@@ -139,42 +137,6 @@ def time_sync(fn: Callable[[], object], n: int, warmup: int = 200) -> dict[str, 
         fn()
         samples.append(clock() - start)
     return summarize(samples)
-
-
-def opa_binary() -> str:
-    """The real OPA binary (provisioned by the project's script when not given)."""
-    given = os.environ.get("OPA_BIN")
-    if given:
-        return given
-    done = subprocess.run(  # noqa: S603 - the project's own script
-        [str(ROOT / "scripts" / "provision-opa")], check=True, capture_output=True, text=True
-    )
-    return done.stdout.strip()
-
-
-def opa_version(binary: str) -> str:
-    """``opa version``'s first line."""
-    out = subprocess.run([binary, "version"], check=True, capture_output=True, text=True)  # noqa: S603
-    return out.stdout.splitlines()[0]
-
-
-def machine() -> dict[str, Any]:
-    """What this run ran on."""
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-    }
 
 
 class Bench:

@@ -13,10 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import datetime
 import json
-import os
-import platform
 import tempfile
 import time
 from pathlib import Path
@@ -24,6 +21,7 @@ from typing import Any
 
 from reliability.faults import FaultEnvironment, MatrixConfig, run_matrix, run_revocation
 from reliability.front import FaultyFront
+from reliability.host import machine
 from reliability.load import LoadConfig, run_load
 from reliability.opa import main_module, opa_binary, opa_version, start_opa
 from reliability.report import markdown, summary
@@ -31,25 +29,6 @@ from reliability.service import service_config
 
 QUICK_MATRIX = MatrixConfig(callers=16, timeout=0.5, baseline=0.5, duration=1.2, settle=0.5)
 QUICK_LOAD = LoadConfig(callers=16, duration=4.0, warmup=1.0)
-
-
-def machine() -> dict[str, Any]:
-    """What this run ran on."""
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-    }
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
