@@ -2,8 +2,10 @@
 
 Python's ``json`` module is lenient where the gateway must not be: it accepts ``NaN`` and
 ``Infinity``, keeps the last of duplicate member names, decodes escaped lone surrogates and
-rounds long decimals to floats. Everything here closes those gaps, bounds the work done on
-hostile input, and never raises anything but :class:`StrictJSONError` for bad input.
+noncharacters and rounds long decimals to floats. Everything here closes those gaps, bounds
+the work done on hostile input, and never raises anything but :class:`StrictJSONError` for
+bad input. No error message ever quotes the input: it names what is wrong and where (a
+character offset), never a member name, string or number.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from decimal import Decimal
 from typing import Any, Final
 
@@ -30,6 +33,21 @@ JSONValue = Any
 """A decoded JSON value: dict, list, str, int, Decimal, bool or None."""
 
 
+# RFC 7493 section 2.1: strings must not contain surrogates or noncharacters (U+FDD0..U+FDEF
+# and the last two code points of every plane), raw or escaped. An escaped surrogate pair
+# decodes to its code point first, so "\\udbff\\udfff" is U+10FFFF and refused here.
+_FORBIDDEN_TEXT: Final = re.compile(
+    "[\ud800-\udfff\ufdd0-\ufdef"
+    + "".join(f"{chr(plane << 16 | 0xFFFE)}{chr(plane << 16 | 0xFFFF)}" for plane in range(17))
+    + "]"
+)
+# In raw text: the forbidden code points themselves, or any \\u escape that could decode to
+# one (D800..DFFF, FDD0..FDEF, FFFE, FFFF). Text with neither has no forbidden string.
+_SUSPECT_RAW: Final = re.compile(
+    _FORBIDDEN_TEXT.pattern[:-1] + "]|\\\\u(?:[dD][89a-fA-F]|[fF][dD][d-eD-E]|[fF]{3}[eEfF])"
+)
+
+
 class StrictJSONError(ValueError):
     """Bytes that are not exactly one valid RFC 7493 JSON document within the limits."""
 
@@ -41,12 +59,18 @@ def _reject_constant(name: str) -> Any:
 def _unique_members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     members = dict(pairs)
     if len(members) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise StrictJSONError(f"duplicate member name {key!r}")
-            seen.add(key)
+        # The name itself is caller data and is never quoted.
+        raise StrictJSONError("duplicate member names in one object")
     return members
+
+
+def _decode_error(exc: ValueError) -> StrictJSONError:
+    # json's own messages are fixed templates plus a position; int()'s digit-limit message
+    # names only counts. Neither quotes the input, but only the template and the offset are
+    # kept, so that no future wording can.
+    if isinstance(exc, json.JSONDecodeError):
+        return StrictJSONError(f"document is not valid JSON: {exc.msg} at offset {exc.pos}")
+    return StrictJSONError("document is not valid JSON: a number has too many digits")
 
 
 def parse_trusted(raw: bytes | str, *, exact: bool = True) -> JSONValue:
@@ -68,8 +92,10 @@ def parse_trusted(raw: bytes | str, *, exact: bool = True) -> JSONValue:
         )
     except StrictJSONError:
         raise
-    except (ValueError, RecursionError) as exc:
-        raise StrictJSONError(f"document is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise StrictJSONError("document is not valid JSON: it nests too deeply") from None
+    except ValueError as exc:
+        raise _decode_error(exc) from None
 
 
 def is_blank(raw: bytes) -> bool:
@@ -83,18 +109,21 @@ def is_blank(raw: bytes) -> bool:
     return not text.strip(_GO_SPACE)
 
 
-def _check_tree(value: JSONValue, max_depth: int) -> None:
+def _check_tree(value: JSONValue, max_depth: int, *, texts: bool) -> None:
     # Iterative walk: depth is bounded here, never by the interpreter's recursion limit.
+    # ``texts`` is False when the raw document cannot hold a forbidden code point.
     stack: list[tuple[JSONValue, int]] = [(value, 1)]
     while stack:
         node, depth = stack.pop()
         if isinstance(node, str):
-            _check_text(node)
+            if texts:
+                _check_text(node)
         elif isinstance(node, dict):
             if depth > max_depth:
                 raise StrictJSONError(f"nesting exceeds {max_depth} levels")
             for key, item in node.items():
-                _check_text(key)
+                if texts:
+                    _check_text(key)
                 stack.append((item, depth + 1))
         elif isinstance(node, list):
             if depth > max_depth:
@@ -103,11 +132,13 @@ def _check_tree(value: JSONValue, max_depth: int) -> None:
 
 
 def _check_text(text: str) -> None:
-    # An escaped lone surrogate ("\ud800") decodes to an unencodable code point.
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise StrictJSONError("string contains a lone surrogate") from None
+    found = _FORBIDDEN_TEXT.search(text)
+    if found is None:
+        return
+    if "\ud800" <= found.group() <= "\udfff":
+        # An escaped lone surrogate ("\ud800") decodes to an unencodable code point.
+        raise StrictJSONError("string contains a lone surrogate")
+    raise StrictJSONError("string contains a noncharacter")
 
 
 def parse(raw: bytes, *, max_depth: int = DEFAULT_MAX_DEPTH) -> JSONValue:
@@ -117,8 +148,8 @@ def parse(raw: bytes, *, max_depth: int = DEFAULT_MAX_DEPTH) -> JSONValue:
 
     Raises:
         StrictJSONError: the bytes are not valid UTF-8, not exactly one JSON value, contain
-            duplicate member names, non-finite numbers or lone surrogates at any depth, or
-            nest deeper than ``max_depth``.
+            duplicate member names, non-finite numbers, lone surrogates or noncharacters
+            (raw or escaped) at any depth, or nest deeper than ``max_depth``.
     """
     try:
         text = raw.decode("utf-8")
@@ -136,10 +167,10 @@ def parse(raw: bytes, *, max_depth: int = DEFAULT_MAX_DEPTH) -> JSONValue:
     except RecursionError:
         raise StrictJSONError(f"nesting exceeds {max_depth} levels") from None
     except ValueError as exc:  # JSONDecodeError, and int() past the digit limit
-        raise StrictJSONError(f"document is not valid JSON: {exc}") from None
+        raise _decode_error(exc) from None
     except ArithmeticError:  # Decimal() of an exponent beyond the decimal module's range
         raise StrictJSONError("number exponent is out of range") from None
-    _check_tree(value, max_depth)
+    _check_tree(value, max_depth, texts=_SUSPECT_RAW.search(text) is not None)
     return value
 
 

@@ -112,13 +112,13 @@ SEED_PREPARE_CASES = [
     pytest.param(
         OBJECT_SCHEMA,
         call('{"value":"first","value":"second"}'),
-        Refused(NOT_JSON + " (duplicate member name 'value')"),
+        Refused(NOT_JSON + " (duplicate member names in one object)"),
         id="case07_duplicate_names",
     ),
     pytest.param(
         OBJECT_SCHEMA,
         call('{"nested":{"value":1,"value":2}}'),
-        Refused(NOT_JSON + " (duplicate member name 'value')"),
+        Refused(NOT_JSON + " (duplicate member names in one object)"),
         id="case07_duplicate_nested_names",
     ),
     pytest.param(
