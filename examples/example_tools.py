@@ -39,9 +39,14 @@ def fetch_url(url: Annotated[str, Field(min_length=1, max_length=2048)]) -> str:
     return f"(body of {url})"
 
 
+#: Marks a string argument as SQL (RFC 6922): the gateway parses it for the policy.
+SQL = {"contentMediaType": "application/sql"}
+
+
 @function_tool
 def query_db(
-    database: str, query: Annotated[str, Field(min_length=1, max_length=10000)]
+    database: str,
+    query: Annotated[str, Field(min_length=1, max_length=10000, json_schema_extra=SQL)],
 ) -> dict[str, object]:
     """Run a read-only SQL query on a tenant database (runs nothing here)."""
     return {"database": database, "rows": []}

@@ -1,4 +1,4 @@
-"""The policy input document (contract version 1): tool, arguments and caller context."""
+"""The policy input document (contract version 1): tool, arguments, facts and caller context."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from gateway import _json
 from gateway._authorization import Authorization
 from gateway._definition import ToolDefinition
 from gateway.policy._context import CallerContext, current_caller
+from gateway.policy._facts import facts_json
 
 
 @functools.lru_cache(maxsize=4096)
@@ -57,22 +58,32 @@ def _canonical_arguments(raw: bytes) -> bytes:
 
 
 class InputDocument:
-    """What a policy sees: ``{"tool": ..., "arguments": ..., "context": ...}``.
+    """What a policy sees: ``{"tool": ..., "arguments": ..., "facts": ..., "context": ...}``.
 
     Built from a frozen :class:`Authorization` and the caller context in force. The
     arguments are spliced in as their admitted bytes, so numbers reach the engine exactly.
-    ``digest`` identifies the whole document canonically: member order and insignificant
-    white space in the arguments do not change it; any change of tool, argument value or
-    context field does.
+    ``facts`` is what the gateway's parsers found in the arguments the tool's definition
+    marks (see ``policies/README.md``, "Argument facts"); it is derived from the tool and
+    the arguments alone. ``digest`` identifies the whole document canonically: member order
+    and insignificant white space in the arguments do not change it; any change of tool,
+    argument value, facts or context field does.
     """
 
-    __slots__ = ("_arguments", "_canonical_arguments", "_context", "_definition", "_digest")
+    __slots__ = (
+        "_arguments",
+        "_canonical_arguments",
+        "_context",
+        "_definition",
+        "_digest",
+        "_facts",
+    )
 
     def __init__(self, authorization: Authorization, context: CallerContext | None = None):
         self._definition = authorization.definition
         self._arguments = authorization.arguments
         self._context = current_caller() if context is None else context
         self._canonical_arguments: bytes | None = None
+        self._facts: bytes | None = None
         self._digest: str | None = None
 
     @property
@@ -101,18 +112,27 @@ class InputDocument:
         return self._canonical_args()
 
     @property
+    def facts_json(self) -> bytes:
+        """The ``facts`` member as canonical JSON (computed once per document)."""
+        if self._facts is None:
+            self._facts = facts_json(self._definition, self._canonical_args())
+        return self._facts
+
+    @property
     def tool_json(self) -> bytes:
         """The ``tool`` member as canonical JSON (computed once per definition)."""
         return _tool_json(self._definition)
 
     @property
     def digest(self) -> str:
-        """SHA-256 over the canonical tool, arguments and context (computed once)."""
+        """SHA-256 over the canonical tool, arguments, facts and context (computed once)."""
         if self._digest is None:
             hasher = hashlib.sha256(_tool_digest(self._definition))
             # NUL never occurs in canonical JSON, so the parts cannot run into each other.
             hasher.update(b"\0")
             hasher.update(self._canonical_args())
+            hasher.update(b"\0")
+            hasher.update(self.facts_json)
             hasher.update(b"\0")
             hasher.update(self._context.json)
             self._digest = hasher.hexdigest()
@@ -126,6 +146,8 @@ class InputDocument:
                 self._canonical_args(),
                 b',"context":',
                 self._context.json,
+                b',"facts":',
+                self.facts_json,
                 b',"tool":',
                 _tool_json(self._definition),
                 b"}",

@@ -23,6 +23,8 @@ from gateway.policy import CallerContext
 # -- the example tools: definitions that match policies/data.json ---------------------------
 
 _STRING: Final = {"type": "string"}
+#: A string the gateway parses as SQL for the policy (policies/README.md, "Argument facts").
+_SQL: Final = {"type": "string", "contentMediaType": "application/sql"}
 
 
 def _schema(properties: Mapping[str, Any], required: Sequence[str]) -> dict[str, Any]:
@@ -50,7 +52,7 @@ EXAMPLE_DEFINITIONS: Final[Mapping[str, ToolDefinition]] = {
         ToolDefinition("fetch_url", _schema({"url": _STRING}, ["url"]), "Fetch an HTTPS URL."),
         ToolDefinition(
             "query_db",
-            _schema({"database": _STRING, "query": _STRING}, ["database", "query"]),
+            _schema({"database": _STRING, "query": _SQL}, ["database", "query"]),
             "Run a SQL query.",
         ),
         ToolDefinition(

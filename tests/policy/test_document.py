@@ -31,10 +31,11 @@ def document(
     return InputDocument(Authorization(definition, arguments.encode()), context)
 
 
-def test_input_document_json_has_exactly_tool_arguments_and_context() -> None:
+def test_input_document_json_has_exactly_tool_arguments_facts_and_context() -> None:
     actual = json.loads(document().to_json())
 
-    assert set(actual) == {"tool", "arguments", "context"}
+    assert set(actual) == {"tool", "arguments", "facts", "context"}
+    assert actual["facts"] == {"version": 1, "arguments": {}}
     assert actual["tool"] == {
         "name": "search",
         "description": "Find documents.",

@@ -51,6 +51,17 @@ arguments := input.arguments if {
 	is_object(input.arguments)
 } else := {}
 
+# The gateway's parsed facts about the arguments (input.facts, version 1), by the JSON
+# pointer of the argument; {} when missing, malformed or of another version.
+argument_facts := input.facts.arguments if {
+	is_object(input.facts)
+	input.facts.version == 1
+	is_object(input.facts.arguments)
+} else := {}
+
+# pointer(name) is the JSON pointer (RFC 6901) of the top-level argument name.
+pointer(name) := concat("", ["/", replace(replace(name, "~", "~0"), "/", "~1")])
+
 # The tool name, when it is a non-empty string.
 tool_name := input.tool.name if {
 	is_string(input.tool.name)

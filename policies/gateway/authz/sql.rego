@@ -1,22 +1,25 @@
 # METADATA
 # title: SQL restrictions
 # description: |
-#   For tools of kind "sql", every argument listed in "sql_args" must be a
-#   single statement without comments. Unless one of the caller's roles lists
-#   the tool in "sql_write_tools", the statement must be read-only: it starts
-#   with SELECT or WITH and contains no data-changing keyword (this also
-#   catches data-modifying CTEs, SELECT ... INTO and FOR UPDATE). DDL/DCL
-#   keywords and the functions in "denied_functions" are refused for everyone.
-#   The check is lexical and conservative: a keyword inside a string literal
-#   is refused too; pass values as query parameters instead.
+#   For tools of kind "sql", every argument listed in "sql_args" is decided on
+#   what PostgreSQL's own parser found in it (input.facts, see README.md),
+#   never on its text. It must parse, hold exactly one statement and call only
+#   functions in "allowed_functions" (none by default) and none in
+#   "denied_functions". Unless one of the caller's roles lists the tool in
+#   "sql_write_tools", the statement must be a SELECT that writes nothing (no
+#   data-modifying CTE, SELECT INTO or row lock); writers may also INSERT,
+#   UPDATE, DELETE and MERGE. Any parse node outside the known constructs (DDL,
+#   COPY, DO, CALL, SET, EXPLAIN, transaction control, XML, ...) is refused.
 package gateway.authz.sql
 
 import data.gateway.authz.lib.arg_is_string
+import data.gateway.authz.lib.argument_facts
 import data.gateway.authz.lib.arguments
 import data.gateway.authz.lib.caller_role_defs
 import data.gateway.authz.lib.denial
 import data.gateway.authz.lib.misconfigured
 import data.gateway.authz.lib.missing
+import data.gateway.authz.lib.pointer
 import data.gateway.authz.lib.setting
 import data.gateway.authz.lib.string_list
 import data.gateway.authz.lib.tool
@@ -30,23 +33,38 @@ sql_args := string_list(setting("sql_args", []))
 
 max_length := setting("max_length", 10000)
 
-# Keywords that change data; allowed only for roles with write access to the tool.
-write_keywords := {
-	"insert", "update", "delete", "merge", "upsert", "into",
+# The parse nodes of a read-only SELECT (PostgreSQL's parse node names).
+read_node_types := {
+	"A_ArrayExpr", "A_Const", "A_Expr", "A_Indices", "A_Indirection", "A_Star",
+	"Alias", "BitString", "BoolExpr", "Boolean", "BooleanTest", "CTECycleClause",
+	"CTESearchClause", "CaseExpr", "CaseWhen", "CoalesceExpr", "CollateClause",
+	"ColumnRef", "CommonTableExpr", "Float", "FuncCall", "GroupingFunc",
+	"GroupingSet", "Integer", "JoinExpr", "MinMaxExpr", "NullTest", "ParamRef",
+	"RangeFunction", "RangeSubselect", "RangeTableSample", "RangeVar", "ResTarget",
+	"RowExpr", "SQLValueFunction", "SelectStmt", "SortBy", "String", "SubLink",
+	"TypeCast", "TypeName", "WindowDef", "WithClause",
 }
 
-# Keywords refused for everyone (DDL, DCL, session, procedural and file access).
-forbidden_keywords := {
-	"alter", "analyze", "attach", "call", "copy", "create", "deallocate",
-	"detach", "drop", "exec", "execute", "grant", "handler", "lock",
-	"outfile", "dumpfile", "pragma", "prepare", "reindex", "revoke", "shutdown",
-	"truncate", "vacuum",
+# The parse nodes that change data or lock rows; the "writes" fact covers them for readers.
+write_only_node_types := {
+	"DeleteStmt", "IndexElem", "InferClause", "InsertStmt", "LockingClause",
+	"MergeStmt", "MergeWhenClause", "MultiAssignRef", "OnConflictClause",
+	"ReturningClause", "ReturningOption", "SetToDefault", "UpdateStmt",
 }
 
-# Statement starts for read-only and for write access.
-read_starts := `^(select|with)([^a-z0-9_$]|$)`
+# PostgreSQL's built-in operators a query may use (and the grammar's BETWEEN forms);
+# the "allowed_operators" setting adds to them.
+builtin_operators := {
+	"!~", "!~*", "!~~", "!~~*", "#", "#>", "#>>", "%", "&", "&&", "*", "+", "-",
+	"->", "->>", "/", "<", "<<", "<=", "<>", "<@", "=", ">", ">=", ">>", "?",
+	"?&", "?|", "@>", "^", "|", "||", "~", "~*", "~~", "~~*",
+	"BETWEEN", "BETWEEN SYMMETRIC", "NOT BETWEEN", "NOT BETWEEN SYMMETRIC",
+}
 
-write_starts := `^(select|with|insert|update|delete|merge)([^a-z0-9_$]|$)`
+allowed_operators := builtin_operators | {o | some o in string_list(setting("allowed_operators", []))}
+
+# Statements a writer may run.
+write_statements := {"DeleteStmt", "InsertStmt", "MergeStmt", "SelectStmt", "UpdateStmt"}
 
 # The caller may write through this tool.
 writer if {
@@ -54,20 +72,16 @@ writer if {
 	tool_name in string_list(def.sql_write_tools)
 }
 
-denied_function_settings := string_list(setting("denied_functions", []))
+allowed_functions := {f | some f in string_list(setting("allowed_functions", []))}
 
-# Function names from settings that are plain identifiers (safe inside a regex). The
-# first branch needs one regex for the usual case where every entry is an identifier:
-# then the entries joined with "," match, and no entry contains ",", so the joined text
-# has exactly one piece per entry.
-denied_functions := {lower(f) | some f in denied_function_settings} if {
-	joined := concat(",", denied_function_settings)
-	regex.match(`^[A-Za-z_][A-Za-z0-9_]*(,[A-Za-z_][A-Za-z0-9_]*)*$`, joined)
-	count(split(joined, ",")) == count(denied_function_settings)
-} else := {lower(f) |
-	some f in denied_function_settings
-	regex.match(`^[A-Za-z_][A-Za-z0-9_]*$`, f)
-}
+denied_functions := {f | some f in string_list(setting("denied_functions", []))}
+
+# Parse nodes the tool's settings add to the known ones.
+extra_node_types := {t | some t in string_list(setting("allowed_node_types", []))}
+
+known_node_types := (read_node_types | write_only_node_types) | extra_node_types if {
+	writer
+} else := read_node_types | extra_node_types
 
 # The string-valued SQL arguments, by argument name.
 raw[name] := q if {
@@ -77,30 +91,84 @@ raw[name] := q if {
 	is_string(q)
 }
 
-# Printable-ASCII queries (tab, CR and LF allowed), lowercased and trimmed, by argument name.
-# Only these are inspected further, so case mapping and trimming never see non-ASCII text.
-values[name] := trim_space(lower(q)) if {
-	some name, q in raw
-	regex.match(`^[\t\n\r\x20-\x7E]*$`, q)
+# The parser's facts about each string-valued SQL argument, by argument name.
+facts[name] := f if {
+	some name, _ in raw
+	f := argument_facts[pointer(name)].sql
+	is_object(f)
 }
 
-# word_pattern(w) matches text that contains w (a word, or words separated by "|") as a
-# whole word.
-word_pattern(w) := concat("", ["(^|[^a-z0-9_$])(", w, ")([^a-z0-9_$]|$)"])
+# The facts of the arguments that parsed, in the documented shape.
+parsed[name] := f if {
+	some name, f in facts
+	f.parsed == true
+	is_array(f.statements)
+	is_array(f.functions)
+	is_array(f.locking)
+	is_array(f.node_types)
+	is_array(f.operators)
+	is_boolean(f.writes)
+}
 
-# word(q, w) holds when q contains w as a whole word.
-word(q, w) if regex.match(word_pattern(w), q)
+# The operators used, by argument name.
+operators[name] := [op | some op in f.operators; is_object(op)] if {
+	some name, f in parsed
+	is_array(f.operators)
+}
 
-# One pattern per keyword set, matching exactly when some keyword of the set matches
-# (alternation is a union); the per-keyword rules below run only when it does.
-write_keywords_pattern := word_pattern(concat("|", sort(write_keywords)))
+# operator_allowed(op) holds for an allowed operator: unqualified or in pg_catalog, or
+# listed as "schema.op".
+operator_allowed(op) if {
+	op.schema == null
+	op.name in allowed_operators
+}
 
-forbidden_keywords_pattern := word_pattern(concat("|", sort(forbidden_keywords)))
+operator_allowed(op) if {
+	op.schema == "pg_catalog"
+	op.name in allowed_operators
+}
 
-# A call of a denied function: the name as a whole word, then "(" (no "(", no call).
-call_pattern(f) := concat("", ["(^|[^a-z0-9_$])(", f, `)[ \t\r\n]*\(`])
+operator_allowed(op) if {
+	is_string(op.schema)
+	is_string(op.name)
+	concat(".", [op.schema, op.name]) in allowed_operators
+}
 
-denied_functions_pattern := call_pattern(concat("|", sort(denied_functions)))
+# The functions called, by argument name.
+functions[name] := [fn | some fn in f.functions; is_object(fn)] if {
+	some name, f in parsed
+}
+
+# function_allowed(fn) holds when the allow-list names the function: by its name when
+# it is unqualified or in pg_catalog, or as "schema.name".
+function_allowed(fn) if {
+	fn.catalog == null
+	fn.schema == null
+	fn.name in allowed_functions
+}
+
+function_allowed(fn) if {
+	fn.catalog == null
+	fn.schema == "pg_catalog"
+	fn.name in allowed_functions
+}
+
+function_allowed(fn) if {
+	fn.catalog == null
+	is_string(fn.schema)
+	is_string(fn.name)
+	concat(".", [fn.schema, fn.name]) in allowed_functions
+}
+
+# names_function(entry, fn) holds when a deny-list entry names the function: by its
+# name in any schema, or as "schema.name".
+names_function(entry, fn) if entry == fn.name
+
+names_function(entry, fn) if {
+	is_string(fn.schema)
+	is_string(fn.name)
+	entry == concat(".", [fn.schema, fn.name])
+}
 
 deny contains denial(module, misconfigured, "sql tool has no sql_args") if {
 	applies
@@ -122,67 +190,87 @@ deny contains denial(module, "query is not allowed: it must be a string", sprint
 	not arg_is_string(name)
 }
 
-deny contains denial(module, "query is not allowed: it is empty", sprintf("sql argument \"%s\" is empty", [name])) if {
-	some name, q in values
-	q == ""
-}
-
 deny contains denial(module, "query is not allowed: it is too long", sprintf("sql argument \"%s\" is longer than %d characters", [name, max_length])) if {
 	some name, q in raw
 	is_number(max_length)
 	count(q) > max_length
 }
 
-deny contains denial(module, "query is not allowed: it contains disallowed characters", sprintf("sql argument \"%s\" contains non-ASCII or control characters (only printable ASCII, tab, CR and LF are allowed)", [name])) if {
+deny contains denial(module, misconfigured, sprintf("sql argument \"%s\" has no parser facts: mark its schema property with contentMediaType \"application/sql\"", [name])) if {
 	some name, _ in raw
-	not values[name]
+	not facts[name]
 }
 
-deny contains denial(module, "query is not allowed: SQL comments are not allowed", sprintf("sql argument \"%s\" contains a comment marker (%s)", [name, marker])) if {
-	some name, q in values
-	some marker in ["--", "/*", "*/", "#"]
-	contains(q, marker)
+deny contains denial(module, "query is not allowed: it is not valid SQL", sprintf("sql argument \"%s\" does not parse as PostgreSQL", [name])) if {
+	some name, _ in facts
+	not parsed[name]
 }
 
-deny contains denial(module, "query is not allowed: only a single statement is allowed", sprintf("sql argument \"%s\" contains ';' before its end", [name])) if {
-	some name, q in values
-	contains(trim_suffix(q, ";"), ";")
+deny contains denial(module, "query is not allowed: it is empty", sprintf("sql argument \"%s\" holds no statement", [name])) if {
+	some name, f in parsed
+	count(f.statements) == 0
 }
 
-deny contains denial(module, "query is not allowed: only read-only queries are allowed", sprintf("sql argument \"%s\" does not start with SELECT or WITH", [name])) if {
-	some name, q in values
-	q != ""
+deny contains denial(module, "query is not allowed: only a single statement is allowed", sprintf("sql argument \"%s\" holds %d statements", [name, count(f.statements)])) if {
+	some name, f in parsed
+	count(f.statements) > 1
+}
+
+deny contains denial(module, "query is not allowed: only read-only queries are allowed", sprintf("sql argument \"%s\" is a %s, not a SelectStmt", [name, kind])) if {
+	some name, f in parsed
 	not writer
-	not regex.match(read_starts, q)
+	some kind in f.statements
+	kind != "SelectStmt"
 }
 
-deny contains denial(module, "query is not allowed: only read-only queries are allowed", sprintf("sql argument \"%s\" contains the data-changing keyword \"%s\"", [name, keyword])) if {
-	some name, q in values
+deny contains denial(module, "query is not allowed: only read-only queries are allowed", sprintf("sql argument \"%s\" writes (a data-modifying statement, SELECT INTO or a row lock)", [name])) if {
+	some name, f in parsed
 	not writer
-	regex.match(write_keywords_pattern, q)
-	some keyword in write_keywords
-	word(q, keyword)
+	f.writes == true
 }
 
-deny contains denial(module, "query is not allowed: this kind of statement is not allowed", sprintf("sql argument \"%s\" does not start with SELECT, WITH, INSERT, UPDATE, DELETE or MERGE", [name])) if {
-	some name, q in values
-	q != ""
+deny contains denial(module, "query is not allowed: this kind of statement is not allowed", sprintf("sql argument \"%s\" is a %s", [name, kind])) if {
+	some name, f in parsed
 	writer
-	not regex.match(write_starts, q)
+	some kind in f.statements
+	not kind in write_statements
 }
 
-deny contains denial(module, "query is not allowed: this kind of statement is not allowed", sprintf("sql argument \"%s\" contains the forbidden keyword \"%s\"", [name, keyword])) if {
-	some name, q in values
-	regex.match(forbidden_keywords_pattern, q)
-	some keyword in forbidden_keywords
-	word(q, keyword)
+deny contains denial(module, "query is not allowed: it uses a construct that is not allowed", sprintf("sql argument \"%s\" uses parse nodes outside the known constructs: %s", [name, concat(", ", sort(unknown))])) if {
+	some name, f in parsed
+	not writer
+	unknown := ({t | some t in f.node_types} - known_node_types) - write_only_node_types
+	count(unknown) > 0
 }
 
-deny contains denial(module, "query is not allowed: it calls a function that is not allowed", sprintf("sql argument \"%s\" calls the denied function \"%s\"", [name, f])) if {
-	some name, q in values
-	contains(q, "(")
+deny contains denial(module, "query is not allowed: it uses a construct that is not allowed", sprintf("sql argument \"%s\" uses parse nodes outside the known constructs: %s", [name, concat(", ", sort(unknown))])) if {
+	some name, f in parsed
+	writer
+	unknown := {t | some t in f.node_types} - known_node_types
+	count(unknown) > 0
+}
+
+deny contains denial(module, "query is not allowed: it calls a function that is not allowed", sprintf("sql argument \"%s\" calls %d function(s) not in allowed_functions", [name, count(unlisted)])) if {
+	some name, fns in functions
+	unlisted := [fn | some fn in fns; not function_allowed(fn)]
+	count(unlisted) > 0
+}
+
+deny contains denial(module, "query is not allowed: it calls a function that is not allowed", sprintf("sql argument \"%s\" calls the denied function \"%s\"", [name, entry])) if {
+	some name, fns in functions
 	count(denied_functions) > 0
-	regex.match(denied_functions_pattern, q)
-	some f in denied_functions
-	regex.match(call_pattern(f), q)
+	some fn in fns
+	some entry in denied_functions
+	names_function(entry, fn)
+}
+
+deny contains denial(module, "query is not allowed: it uses an operator that is not allowed", sprintf("sql argument \"%s\" uses %d operator(s) outside the built-in ones and allowed_operators", [name, count(unlisted)])) if {
+	some name, ops in operators
+	unlisted := [op | some op in ops; not operator_allowed(op)]
+	count(unlisted) > 0
+}
+
+deny contains denial(module, "query is not allowed: a backslash in a '...' string is ambiguous (write E'...')", sprintf("sql argument \"%s\" has a backslash in a standard string literal", [name])) if {
+	some name, f in parsed
+	f.backslash_in_string == true
 }
