@@ -1,7 +1,8 @@
 """The decision cache and the caching authorizer that every engine plugs into.
 
 Staleness bound: a cached decision is served for at most ``min(decision.cache_ttl,
-max_ttl)`` seconds counted from the moment its evaluation *started*, never after
+max_ttl, max_age)`` seconds counted from the moment its evaluation *started* (``max_age``
+is the authorizer's own limit: an engine whose state can change unseen sets it), never after
 :meth:`DecisionCache.invalidate`, and never under a policy revision other than the one that
 produced it (the revision is part of the key). Errors and undefined or malformed decisions
 are never cached. Two callers whose context differs in any field never share an entry,
@@ -106,10 +107,16 @@ class DecisionCache:
         """The staleness bound in seconds."""
         return self._max_ttl
 
-    def ttl_for(self, decision: Decision) -> float:
-        """The TTL a decision gets: its own (or the default), clamped to ``max_ttl``."""
+    def ttl_for(self, decision: Decision, *, max_age: float | None = None) -> float:
+        """The TTL a decision gets: its own (or the default), clamped to ``max_ttl``.
+
+        Args:
+            decision: the decision to store.
+            max_age: a further limit of the caller's (e.g. the engine's reuse bound).
+        """
         wanted = self._default_ttl if decision.cache_ttl is None else decision.cache_ttl
-        return max(0.0, min(float(wanted), self._max_ttl))
+        limit = self._max_ttl if max_age is None else min(self._max_ttl, float(max_age))
+        return max(0.0, min(float(wanted), limit))
 
     def get(self, key: CacheKey) -> Decision | None:
         """A live decision for ``key``, or ``None``."""
@@ -120,13 +127,23 @@ class DecisionCache:
             self._hits += 1
             return entry[0]
 
-    def put(self, key: CacheKey, decision: Decision, *, started: float, generation: int) -> bool:
+    def put(
+        self,
+        key: CacheKey,
+        decision: Decision,
+        *,
+        started: float,
+        generation: int,
+        max_age: float | None = None,
+    ) -> bool:
         """Store a decision evaluated from ``started``; refused if invalidated meanwhile.
+
+        ``max_age`` limits the entry's life further (see :meth:`ttl_for`).
 
         Returns:
             Whether the decision was stored.
         """
-        ttl = self.ttl_for(decision)
+        ttl = self.ttl_for(decision, max_age=max_age)
         if ttl <= 0 or not isinstance(decision.allowed, bool):
             return False
         expires = started + ttl
@@ -166,9 +183,16 @@ class DecisionCache:
             )
 
     async def get_or_evaluate(
-        self, key: CacheKey, evaluate: Callable[[], Awaitable[Decision]]
+        self,
+        key: CacheKey,
+        evaluate: Callable[[], Awaitable[Decision]],
+        *,
+        max_age: float | None = None,
     ) -> Decision:
         """Return the cached decision, or evaluate once for all concurrent identical misses.
+
+        A decision stored here lives at most ``max_age`` seconds (when given), whatever
+        its own TTL.
 
         When the shared evaluation fails (or its caller is cancelled), every waiter gets a
         failure too (no decision) and nothing is cached.
@@ -197,7 +221,7 @@ class DecisionCache:
         except BaseException as exc:
             self._finish(key, mine, error=exc)
             raise
-        self.put(key, decision, started=started, generation=generation)
+        self.put(key, decision, started=started, generation=generation, max_age=max_age)
         self._finish(key, mine, result=decision)
         return decision
 
@@ -236,6 +260,9 @@ class CachingAuthorizer:
         path: the decision path (e.g. ``"gateway/authz/decision"``).
         revision: returns the current policy revision; a new value makes old entries unused.
         cache: the cache; ``None`` evaluates every call.
+        max_age: the longest a decision is reused, whatever its TTL (``None``: the cache's
+            ``max_ttl`` only). An engine whose state can change without a new revision
+            (OPA's data API) is only as fresh as this bound.
     """
 
     def __init__(
@@ -246,8 +273,12 @@ class CachingAuthorizer:
         path: str,
         revision: Callable[[], str] = lambda: "",
         cache: DecisionCache | None = None,
+        max_age: float | None = None,
     ) -> None:
+        if max_age is not None and not max_age >= 0:
+            raise ValueError("max_age must be >= 0")
         self._decide = decide
+        self._max_age = max_age
         self._engine = engine
         self._path = path
         self._revision = revision
@@ -257,6 +288,11 @@ class CachingAuthorizer:
     def cache(self) -> DecisionCache | None:
         """The decision cache, if any."""
         return self._cache
+
+    @property
+    def max_age(self) -> float | None:
+        """The longest a decision is reused, if this authorizer limits it."""
+        return self._max_age
 
     async def _evaluate(self, document: InputDocument) -> Decision:
         result = await self._decide(document)
@@ -272,4 +308,6 @@ class CachingAuthorizer:
         if self._cache is None:
             return await self._evaluate(document)
         key: CacheKey = (self._engine, self._path, self._revision(), document.digest)
-        return await self._cache.get_or_evaluate(key, lambda: self._evaluate(document))
+        return await self._cache.get_or_evaluate(
+            key, lambda: self._evaluate(document), max_age=self._max_age
+        )

@@ -55,6 +55,21 @@ class PolicyEngine(Protocol):
         ...
 
 
+@runtime_checkable
+class ReuseLimitedEngine(Protocol):
+    """An engine whose state can change without a new :meth:`PolicyEngine.revision`.
+
+    OPA's data API, for one, changes what a policy decides without changing any revision
+    the gateway can read cheaply. Such an engine states how long one of its decisions may
+    be reused; :class:`PolicyAuthorizer` never caches a decision longer than that.
+    """
+
+    @property
+    def max_decision_age(self) -> float:
+        """The longest one decision may be reused, in seconds (0: never)."""
+        ...
+
+
 def normalize_path(path: str) -> str:
     """Accept ``data.gateway.authz.decision``, ``gateway.authz.decision`` or slashes."""
     cleaned = path.strip().strip("/")
@@ -74,7 +89,9 @@ class PolicyAuthorizer(CachingAuthorizer):
         engine: the engine to ask.
         path: the decision path (default ``gateway/authz/decision``).
         cache: an optional :class:`DecisionCache`; its key includes the engine's identity,
-            the path and the engine's current revision.
+            the path and the engine's current revision. A decision is cached no longer
+            than the engine's ``max_decision_age`` (:class:`ReuseLimitedEngine`), if it
+            states one.
     """
 
     def __init__(
@@ -92,6 +109,7 @@ class PolicyAuthorizer(CachingAuthorizer):
             path=self._decision_path,
             revision=engine.revision,
             cache=cache,
+            max_age=engine.max_decision_age if isinstance(engine, ReuseLimitedEngine) else None,
         )
 
     @property

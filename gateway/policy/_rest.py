@@ -7,9 +7,13 @@ translated in one place (:func:`_translate`) into a :class:`gateway.policy.Polic
 nothing from aiohttp, requests or OPA's error body reaches a caller.
 
 The policy revision is watched by polling: the active bundle revisions when OPA serves
-bundles, otherwise a digest of the loaded policy modules. A decision cached under an old
-revision stops being served at most ``revision_interval`` + ``timeout`` seconds after OPA
-changed its policy.
+bundles, otherwise a digest of the loaded policy modules. Data written through OPA's data
+API (``PUT``/``PATCH``/``DELETE /v1/data``) changes neither, and no cheap read reveals it
+(``GET /v1/data`` evaluates every rule of every package). So the bound does not depend on
+the watcher: a decision of these engines is reused for at most ``max_decision_age``
+seconds (default ``revision_interval + timeout``), whatever the policy's own TTL, and a
+change to OPA's state through any API (policies, data, bundles, discovery) stops being
+hidden by a cached decision within that bound.
 """
 
 from __future__ import annotations
@@ -185,6 +189,9 @@ class OpaRestEngine:
             makes every answer larger.
         revision_interval: how often the revision watcher polls, in seconds (0: never).
         on_revision_change: called with the new revision when the watcher sees a change.
+        max_decision_age: the longest one decision is reused by a cache (seconds; default
+            ``revision_interval + timeout``, or ``DEFAULT_REVISION_INTERVAL + timeout``
+            without a watcher).
     """
 
     def __init__(
@@ -196,10 +203,14 @@ class OpaRestEngine:
         provenance: bool = False,
         revision_interval: float = DEFAULT_REVISION_INTERVAL,
         on_revision_change: Callable[[str], None] | None = None,
+        max_decision_age: float | None = None,
     ) -> None:
         host, port, secure = _parse_url(url)
         if timeout <= 0:
             raise ValueError("timeout must be positive")
+        if revision_interval < 0:
+            raise ValueError("revision_interval must be >= 0")
+        self._max_decision_age = _decision_age(max_decision_age, revision_interval, timeout)
         self._url = url.rstrip("/")
         self._timeout = timeout
         self._provenance = provenance
@@ -250,6 +261,11 @@ class OpaRestEngine:
     def url(self) -> str:
         """The server URL."""
         return self._url
+
+    @property
+    def max_decision_age(self) -> float:
+        """The longest one decision is reused, in seconds (see the module docstring)."""
+        return self._max_decision_age
 
     def revision(self) -> str:
         """The last revision the watcher saw."""
@@ -331,6 +347,14 @@ class OpaRestEngine:
         _expect_ok(status, body)
 
 
+def _decision_age(configured: float | None, interval: float, timeout: float) -> float:
+    if configured is None:
+        return (interval if interval > 0 else DEFAULT_REVISION_INTERVAL) + timeout
+    if not configured >= 0:
+        raise ValueError("max_decision_age must be >= 0")
+    return float(configured)
+
+
 def _has_bundles(body: bytes) -> bool:
     try:
         result = json.loads(body).get("result")
@@ -354,7 +378,8 @@ class OpaRestEngineSync:
 
     ``evaluate`` (async) offloads the blocking request to a worker thread, so the sync
     engine can also back a :class:`gateway.policy.PolicyAuthorizer`. Its revision is read
-    on demand with :meth:`refresh_revision`.
+    on demand with :meth:`refresh_revision`; a cache reuses one of its decisions for at
+    most ``max_decision_age`` seconds (default ``DEFAULT_REVISION_INTERVAL + timeout``).
     """
 
     def __init__(
@@ -364,8 +389,12 @@ class OpaRestEngineSync:
         timeout: float = DEFAULT_TIMEOUT,
         token: str | None = None,
         provenance: bool = False,
+        max_decision_age: float | None = None,
     ) -> None:
         host, port, secure = _parse_url(url)
+        if timeout <= 0:
+            raise ValueError("timeout must be positive")
+        self._max_decision_age = _decision_age(max_decision_age, 0.0, timeout)
         self._url = url.rstrip("/")
         self._timeout = timeout
         self._provenance = provenance
@@ -389,6 +418,11 @@ class OpaRestEngineSync:
     def identity(self) -> str:
         """``opa:<url>``."""
         return f"opa:{self._url}"
+
+    @property
+    def max_decision_age(self) -> float:
+        """The longest one decision is reused, in seconds."""
+        return self._max_decision_age
 
     def revision(self) -> str:
         """The last revision read."""

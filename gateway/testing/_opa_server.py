@@ -162,6 +162,27 @@ class _OpaRestMixin:
         """
         self._request("PUT", _api_path("/v1/data", path), body=json.dumps(value).encode())
 
+    def patch_data(self, path: str, operations: Sequence[Mapping[str, object]]) -> None:
+        """Apply JSON Patch operations to a base document through ``PATCH /v1/data/<path>``.
+
+        Raises:
+            RuntimeError: If OPA answers with a non-2xx status.
+        """
+        self._request(
+            "PATCH",
+            _api_path("/v1/data", path),
+            body=json.dumps(list(operations)).encode(),
+            content_type="application/json-patch+json",
+        )
+
+    def delete_data(self, path: str) -> None:
+        """Remove a base document through ``DELETE /v1/data/<path>``.
+
+        Raises:
+            RuntimeError: If OPA answers with a non-2xx status.
+        """
+        self._request("DELETE", _api_path("/v1/data", path))
+
     def query(
         self,
         path: str,

@@ -403,6 +403,62 @@ async def test_ttl_is_clamped_to_the_configured_maximum(
     assert decide.count == expected_evaluations
 
 
+@given(
+    ttl=st.floats(min_value=0, max_value=1e6, allow_nan=False),
+    max_ttl=st.floats(min_value=0, max_value=1e6, allow_nan=False),
+    max_age=st.none() | st.floats(min_value=0, max_value=1e6, allow_nan=False),
+    elapsed=st.floats(min_value=0, max_value=2e6, allow_nan=False),
+)
+async def test_a_decision_is_never_served_at_or_past_the_least_of_its_three_limits(
+    ttl: float, max_ttl: float, max_age: float | None, elapsed: float
+) -> None:
+    clock = FakeClock()
+    decide = Decide(Decision(True, cache_ttl=ttl))
+    authorizer = CachingAuthorizer(
+        decide,
+        engine="e",
+        path="p",
+        cache=DecisionCache(clock=clock, max_ttl=max_ttl),
+        max_age=max_age,
+    )
+    await authorizer.authorize(authorization())
+    clock.advance(elapsed)
+    again = await authorizer.authorize(authorization())
+    limit = min(ttl, max_ttl, float("inf") if max_age is None else max_age)
+    if again.cached:
+        assert elapsed < limit
+    if limit - elapsed >= 1e-3:  # beyond the clock's float resolution
+        assert again.cached
+
+
+@pytest.mark.parametrize(
+    ("elapsed", "expected_evaluations"),
+    [
+        pytest.param(4.999, 1, id="before-max-age"),
+        pytest.param(5.0, 2, id="at-max-age"),
+    ],
+)
+async def test_an_authorizers_max_age_clamps_every_ttl(
+    elapsed: float, expected_evaluations: int
+) -> None:
+    clock = FakeClock()
+    decide = Decide(Decision(True, cache_ttl=30))
+    authorizer = CachingAuthorizer(
+        decide, engine="e", path="p", cache=DecisionCache(clock=clock), max_age=5
+    )
+    assert authorizer.max_age == 5
+    await authorizer.authorize(authorization())
+    clock.advance(elapsed)
+    await authorizer.authorize(authorization())
+    assert decide.count == expected_evaluations
+
+
+@pytest.mark.parametrize("max_age", [-1.0, float("nan")])
+def test_a_negative_max_age_is_refused(max_age: float) -> None:
+    with pytest.raises(ValueError, match="max_age"):
+        CachingAuthorizer(Decide(), engine="e", path="p", max_age=max_age)
+
+
 @pytest.mark.parametrize(
     ("cache_ttl", "default_ttl", "expected"),
     [

@@ -33,7 +33,7 @@ from gateway.policy import (
     read_decision,
 )
 from gateway.policy._rest import read_response, request_body, revision_from
-from gateway.testing import OpaServer
+from gateway.testing import FakeClock, OpaServer
 from tests.policy.conftest import (
     DECISION,
     DENY_MESSAGE,
@@ -594,6 +594,98 @@ async def test_policy_change_flips_a_cached_decision_within_the_bound(
         assert decision.revision == engine.revision()
     # Documented bound: revision_interval + timeout (+ scheduling slack).
     assert flipped_after < interval + timeout + SLACK
+
+
+#: Each way OPA's data API can revoke alice's grant (the test policy allows data subjects).
+REVOCATIONS: Final[dict[str, Callable[[OpaServer], None]]] = {
+    "put": lambda opa: opa.put_data("gateway/authz/subjects", ["bob"]),
+    "patch": lambda opa: opa.patch_data("gateway/authz/subjects", [{"op": "remove", "path": "/0"}]),
+    "delete": lambda opa: opa.delete_data("gateway/authz/subjects"),
+    "put-root": lambda opa: opa.put_data("", {"gateway": {"authz": {"subjects": []}}}),
+}
+
+
+@pytest.mark.parametrize("revoke", list(REVOCATIONS.values()), ids=list(REVOCATIONS))
+@pytest.mark.parametrize("interval", [0.5, 0.0], ids=["watched", "unwatched"])
+async def test_a_grant_revoked_through_the_data_api_is_not_served_from_cache_past_the_bound(
+    opa_server: OpaServer, revoke: Callable[[OpaServer], None], interval: float
+) -> None:
+    # The policy asks for a 30 s TTL, the cache allows 60 s; OPA's data API changes no
+    # revision. The bound must still be revision_interval + timeout (the default
+    # interval when the watcher is off).
+    timeout = 0.5
+    bound = (interval or 5.0) + timeout
+    clock = FakeClock()
+    cache = DecisionCache(max_ttl=60, clock=clock)
+    async with OpaRestEngine(opa_server.url, timeout=timeout, revision_interval=interval) as engine:
+        assert engine.max_decision_age == bound
+        authorizer = PolicyAuthorizer(engine, cache=cache)
+        with caller_context(subject="alice"):
+            assert (await authorizer.authorize(authorization())).allowed is True
+            await asyncio.to_thread(revoke, opa_server)
+            assert (await engine.refresh_revision()) == engine.revision()
+            clock.advance(bound - 0.001)
+            stale = await authorizer.authorize(authorization())
+            clock.advance(0.001)
+            fresh = await authorizer.authorize(authorization())
+    assert (stale.allowed, stale.cached) == (True, True)  # within the documented bound
+    assert (fresh.allowed, fresh.cached) == (False, False)
+
+
+def test_the_sync_engine_bounds_the_reuse_of_a_decision_the_same_way(
+    opa_server: OpaServer,
+) -> None:
+    clock = FakeClock()
+    with OpaRestEngineSync(opa_server.url, timeout=0.5) as engine:
+        assert engine.max_decision_age == 5.5
+        authorizer = PolicyAuthorizer(engine, cache=DecisionCache(clock=clock))
+
+        async def scenario() -> tuple[bool, bool, bool]:
+            with caller_context(subject="alice"):
+                first = await authorizer.authorize(authorization())
+                await asyncio.to_thread(opa_server.put_data, "gateway/authz/subjects", [])
+                clock.advance(engine.max_decision_age)
+                second = await authorizer.authorize(authorization())
+            return first.allowed, second.allowed, second.cached
+
+        assert asyncio.run(scenario()) == (True, False, False)
+
+
+async def test_a_policy_change_is_bounded_even_without_the_revision_watcher(
+    opa_server: OpaServer,
+) -> None:
+    clock = FakeClock()
+    async with OpaRestEngine(opa_server.url, timeout=0.5, revision_interval=0) as engine:
+        authorizer = PolicyAuthorizer(engine, cache=DecisionCache(clock=clock))
+        with caller_context(subject="alice"):
+            assert (await authorizer.authorize(authorization())).allowed is True
+            await asyncio.to_thread(opa_server.put_policy, "kill_switch.rego", KILL_SWITCH)
+            clock.advance(engine.max_decision_age)
+            decision = await authorizer.authorize(authorization())
+    assert decision.reasons == ("kill switch: on",)
+
+
+@pytest.mark.parametrize("age", [0.0, 2.0, 600.0])
+async def test_an_explicit_max_decision_age_is_the_reuse_bound(
+    opa_server: OpaServer, age: float
+) -> None:
+    clock = FakeClock()
+    async with OpaRestEngine(opa_server.url, revision_interval=0, max_decision_age=age) as engine:
+        authorizer = PolicyAuthorizer(engine, cache=DecisionCache(max_ttl=3600, clock=clock))
+        with caller_context(subject="alice"):
+            await authorizer.authorize(authorization())
+            clock.advance(min(age, 30.0) * 0.999)
+            again = await authorizer.authorize(authorization())
+    # The policy's own TTL (30 s) still applies below the engine's bound.
+    assert again.cached is (age > 0)
+
+
+@pytest.mark.parametrize("age", [-1.0, float("nan")])
+def test_a_negative_max_decision_age_is_refused(age: float) -> None:
+    with pytest.raises(ValueError, match="max_decision_age"):
+        OpaRestEngine("http://127.0.0.1:8181", max_decision_age=age)
+    with pytest.raises(ValueError, match="max_decision_age"):
+        OpaRestEngineSync("http://127.0.0.1:8181", max_decision_age=age)
 
 
 async def test_engine_helpers_push_policy_and_data(opa_server: OpaServer) -> None:
