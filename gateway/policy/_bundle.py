@@ -1,0 +1,530 @@
+"""OPA bundles for the WebAssembly engine: reading, signature verification and polling.
+
+A bundle is what ``opa build -t wasm`` writes: ``policy.wasm``, ``data.json`` files and a
+``.manifest`` naming the revision and the module's entrypoints, as a directory or a
+``.tar.gz``. When a :class:`VerificationKey` is configured, the bundle must carry OPA's
+``.signatures.json`` (one JWS over the list of files and their hashes), and every file must
+be listed with its hash and every listed file present; anything else is refused. Archives
+are read defensively: regular files only, no path outside the root, bounded sizes.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import posixpath
+import tarfile
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import jwt
+
+from gateway import _json
+from gateway.policy._embedded import PolicyLoadError
+
+#: Default bound on a bundle's unpacked size.
+DEFAULT_MAX_BUNDLE_BYTES: Final = 64 << 20
+_MAX_FILES: Final = 10_000
+_MAX_DETAIL: Final = 300
+_MANIFEST: Final = ".manifest"
+_SIGNATURES: Final = ".signatures.json"
+_HASHES: Final[Mapping[str, Callable[[], Any]]] = {
+    "SHA-256": hashlib.sha256,
+    "SHA-384": hashlib.sha384,
+    "SHA-512": hashlib.sha512,
+}
+_ALGORITHMS: Final = frozenset(
+    {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512"}
+    | {"HS256", "HS384", "HS512"}
+)
+
+
+class BundleError(PolicyLoadError):
+    """A bundle that cannot be read, fails verification, or does not load."""
+
+    code = "policy_load_error"
+
+
+@dataclass(frozen=True, slots=True)
+class VerificationKey:
+    """How signed bundles are verified, as in OPA's ``keys`` and ``signing`` configuration.
+
+    Attributes:
+        key: a PEM public key (RS*, PS*, ES*) or the shared secret (HS*).
+        algorithm: the one JWS algorithm accepted.
+        key_id: if set, the signature's ``keyid`` (or its header's ``kid``) must match.
+        scope: if set, the signature's ``scope`` must match.
+    """
+
+    key: str | bytes
+    algorithm: str = "RS256"
+    key_id: str | None = None
+    scope: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.algorithm not in _ALGORITHMS:
+            raise ValueError("unsupported bundle signing algorithm")
+
+
+@dataclass(frozen=True, slots=True)
+class Bundle:
+    """One loaded bundle: the module, the merged data document and the manifest."""
+
+    wasm: bytes
+    data: bytes
+    revision: str
+    entrypoints: tuple[str, ...]
+    manifest: Mapping[str, Any] = field(default_factory=dict)
+    signed: bool = False
+
+
+# -- reading files --------------------------------------------------------------------------
+
+
+def _clean_name(name: str) -> str:
+    cleaned = posixpath.normpath("/" + name.replace("\\", "/")).lstrip("/")
+    if not cleaned or cleaned == "." or ".." in cleaned.split("/") or "\0" in cleaned:
+        raise BundleError("bundle holds a file with an unsafe name")
+    return cleaned
+
+
+def _read_archive(raw: bytes, max_bytes: int) -> dict[str, bytes]:
+    files: dict[str, bytes] = {}
+    total = 0
+    try:
+        with tarfile.open(fileobj=io.BytesIO(raw), mode="r:*") as archive:
+            for member in archive:
+                if member.isdir():
+                    continue
+                if not member.isreg():
+                    raise BundleError("bundle holds something other than regular files")
+                total += member.size
+                if total > max_bytes or len(files) >= _MAX_FILES:
+                    raise BundleError("bundle is larger than the limit")
+                name = _clean_name(member.name)
+                if name in files:
+                    raise BundleError("bundle holds a file twice")
+                extracted = archive.extractfile(member)
+                if extracted is None:
+                    raise BundleError("bundle member is unreadable")
+                content = extracted.read(member.size + 1)
+                if len(content) != member.size:
+                    raise BundleError("bundle member is truncated")
+                files[name] = content
+    except (tarfile.TarError, EOFError, OSError, gzip.BadGzipFile) as exc:
+        raise BundleError("bundle is not a readable tar archive", detail=str(exc)[:_MAX_DETAIL]) from None
+    return files
+
+
+def _read_directory(root: Path, max_bytes: int) -> dict[str, bytes]:
+    files: dict[str, bytes] = {}
+    total = 0
+    for directory, subdirectories, names in os.walk(root, followlinks=False):
+        subdirectories.sort()
+        for name in sorted(names):
+            path = Path(directory, name)
+            if path.is_symlink() or not path.is_file():
+                raise BundleError("bundle holds something other than regular files")
+            content = path.read_bytes()
+            total += len(content)
+            if total > max_bytes or len(files) >= _MAX_FILES:
+                raise BundleError("bundle is larger than the limit")
+            files[_clean_name(path.relative_to(root).as_posix())] = content
+    return files
+
+
+# -- hashing as OPA does --------------------------------------------------------------------
+
+
+class _Number(str):
+    """A JSON number's text, kept verbatim for hashing."""
+
+
+_GO_ESCAPES: Final = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_GO_ESCAPES.update({"\b": "\\b", "\f": "\\f", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
+def _go_json_string(text: str) -> str:
+    out = ['"']
+    for char in text:
+        escaped = _GO_ESCAPES.get(char)
+        if escaped is not None:
+            out.append(escaped)
+        elif char < " ":
+            out.append(f"\\u{ord(char):04x}")
+        else:
+            out.append(char)
+    out.append('"')
+    return "".join(out)
+
+
+def _go_json(value: Any) -> str:
+    # OPA hashes a JSON file over its value re-encoded: sorted keys, no space, numbers as
+    # written, strings as Go's encoder writes them without HTML escaping.
+    if isinstance(value, _Number):
+        return str(value)
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, str):
+        return _go_json_string(value)
+    if isinstance(value, list):
+        return "[" + ",".join(_go_json(item) for item in value) + "]"
+    members = sorted(value.items(), key=lambda item: item[0].encode("utf-8"))
+    return "{" + ",".join(f"{_go_json_string(k)}:{_go_json(v)}" for k, v in members) + "}"
+
+
+def _file_hash(name: str, content: bytes, algorithm: str) -> str:
+    hasher = _HASHES[algorithm]()
+    if name.endswith(".json") or posixpath.basename(name) == _MANIFEST:
+        try:
+            value = json.loads(
+                content,
+                parse_int=_Number,
+                parse_float=_Number,
+                parse_constant=lambda _: (_ for _ in ()).throw(ValueError("constant")),
+                object_pairs_hook=_json._unique_members,  # noqa: SLF001 - the strict hook
+            )
+        except (ValueError, RecursionError):
+            raise BundleError("bundle JSON file is not valid JSON") from None
+        hasher.update(_go_json(value).encode("utf-8"))
+    else:
+        hasher.update(content)
+    return str(hasher.hexdigest())
+
+
+# -- verification ---------------------------------------------------------------------------
+
+
+def _verify(files: Mapping[str, bytes], key: VerificationKey) -> None:
+    raw = files.get(_SIGNATURES)
+    if raw is None:
+        raise BundleError("bundle is not signed but a verification key is configured")
+    try:
+        signatures = _json.parse_trusted(raw)
+    except _json.StrictJSONError:
+        raise BundleError("bundle signatures are not valid JSON") from None
+    tokens = signatures.get("signatures") if isinstance(signatures, dict) else None
+    if not isinstance(tokens, list) or len(tokens) != 1 or not isinstance(tokens[0], str):
+        raise BundleError("bundle must carry exactly one signature")
+    try:
+        header = jwt.get_unverified_header(tokens[0])
+        payload_bytes = jwt.api_jws.PyJWS().decode(
+            tokens[0], key.key, algorithms=[key.algorithm]
+        )
+    except (jwt.PyJWTError, ValueError, TypeError) as exc:
+        raise BundleError("bundle signature does not verify", detail=type(exc).__name__) from None
+    try:
+        payload = _json.parse_trusted(payload_bytes)
+    except _json.StrictJSONError:
+        raise BundleError("bundle signature payload is not valid JSON") from None
+    if not isinstance(payload, dict):
+        raise BundleError("bundle signature payload is not an object")
+    if key.key_id is not None and key.key_id not in (payload.get("keyid"), header.get("kid")):
+        raise BundleError("bundle is signed with another key id")
+    if key.scope is not None and payload.get("scope") != key.scope:
+        raise BundleError("bundle is signed for another scope")
+    listed = payload.get("files")
+    if not isinstance(listed, list):
+        raise BundleError("bundle signature lists no files")
+    seen: set[str] = set()
+    for entry in listed:
+        if not isinstance(entry, dict):
+            raise BundleError("bundle signature lists a malformed file")
+        name, digest, algorithm = entry.get("name"), entry.get("hash"), entry.get("algorithm")
+        if not isinstance(name, str) or not isinstance(digest, str) or algorithm not in _HASHES:
+            raise BundleError("bundle signature lists a malformed file")
+        name = _clean_name(name)
+        if name in seen:
+            raise BundleError("bundle signature lists a file twice")
+        seen.add(name)
+        content = files.get(name)
+        if content is None:
+            raise BundleError("bundle signature lists a file the bundle lacks")
+        if _file_hash(name, content, algorithm) != digest.lower():
+            raise BundleError("bundle file does not match its signed hash")
+    unsigned = set(files) - seen - {_SIGNATURES}
+    if unsigned:
+        raise BundleError("bundle holds files its signature does not cover")
+
+
+# -- assembling -----------------------------------------------------------------------------
+
+
+def _merge_data(files: Mapping[str, bytes]) -> bytes:
+    merged: dict[str, Any] = {}
+    for name in sorted(files):
+        if posixpath.basename(name) != "data.json":
+            continue
+        try:
+            value = _json.parse_trusted(files[name])
+        except _json.StrictJSONError:
+            raise BundleError("bundle data is not valid JSON") from None
+        parts = [part for part in posixpath.dirname(name).split("/") if part]
+        node = merged
+        for part in parts:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise BundleError("bundle data files overlap")
+            node = child
+        if not isinstance(value, dict):
+            raise BundleError("bundle data.json must hold an object")
+        for key, item in value.items():
+            if key in node:
+                raise BundleError("bundle data files overlap")
+            node[key] = item
+    return _json.canonical(merged)
+
+
+def digest_revision(*parts: bytes) -> str:
+    """A revision for bundles whose manifest names none: a digest of their contents."""
+    hasher = hashlib.sha256()
+    for part in parts:
+        hasher.update(hashlib.sha256(part).digest())
+    return "sha256:" + hasher.hexdigest()[:16]
+
+
+def bundle_from_files(
+    files: Mapping[str, bytes], *, verification: VerificationKey | None = None
+) -> Bundle:
+    """Assemble a bundle from its files by name (verified first if a key is given).
+
+    Raises:
+        BundleError: the bundle is unsigned or fails verification while a key is
+            configured, has no single wasm module, or its manifest or data is malformed.
+    """
+    if verification is not None:
+        _verify(files, verification)
+    manifest: dict[str, Any] = {}
+    if _MANIFEST in files:
+        try:
+            parsed = _json.parse_trusted(files[_MANIFEST])
+        except _json.StrictJSONError:
+            raise BundleError("bundle manifest is not valid JSON") from None
+        if not isinstance(parsed, dict):
+            raise BundleError("bundle manifest is not an object")
+        manifest = parsed
+    modules = manifest.get("wasm") or []
+    if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
+        raise BundleError("bundle manifest lists its modules malformed")
+    names = {_clean_name(str(m.get("module", ""))) for m in modules}
+    if not names and "policy.wasm" in files:
+        names = {"policy.wasm"}
+    if len(names) != 1:
+        raise BundleError("bundle must hold exactly one wasm module")
+    (module_name,) = names
+    wasm = files.get(module_name)
+    if wasm is None:
+        raise BundleError("bundle manifest names a module the bundle lacks")
+    entrypoints = tuple(str(m.get("entrypoint", "")) for m in modules)
+    data = _merge_data(files)
+    revision = manifest.get("revision", "")
+    if not isinstance(revision, str):
+        raise BundleError("bundle manifest revision is not a string")
+    return Bundle(
+        wasm=wasm,
+        data=data,
+        revision=revision or digest_revision(wasm, data),
+        entrypoints=entrypoints,
+        manifest=manifest,
+        signed=verification is not None,
+    )
+
+
+def read_bundle(
+    source: str | os.PathLike[str] | bytes,
+    *,
+    verification: VerificationKey | None = None,
+    max_bytes: int = DEFAULT_MAX_BUNDLE_BYTES,
+) -> Bundle:
+    """Read a bundle from a directory, a ``.tar.gz`` file, or the archive's bytes.
+
+    Raises:
+        BundleError: see :func:`bundle_from_files`; also an unreadable or oversized source.
+    """
+    if isinstance(source, bytes):
+        files = _read_archive(source, max_bytes)
+    else:
+        path = Path(source)
+        try:
+            if path.is_dir():
+                files = _read_directory(path, max_bytes)
+            else:
+                if path.stat().st_size > max_bytes:
+                    raise BundleError("bundle is larger than the limit")
+                files = _read_archive(path.read_bytes(), max_bytes)
+        except OSError as exc:
+            raise BundleError("bundle is unreadable", detail=str(exc)[:_MAX_DETAIL]) from None
+    return bundle_from_files(files, verification=verification)
+
+
+# -- polling --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PollResult:
+    """What one poll did: ``activated`` a new bundle, found it ``unchanged``, or ``failed``."""
+
+    outcome: str
+    revision: str | None = None
+    error: BundleError | None = None
+
+
+class BundlePoller:
+    """Downloads a bundle the way OPA's bundle plugin does, and hands on each new one.
+
+    Each :meth:`poll` is one HTTP GET with ``If-None-Match`` carrying the last ETag; ``304``
+    means unchanged. A download, verification or activation that fails keeps the bundle in
+    force (``activate`` is never called with a bad bundle, and a bundle it refuses is
+    not remembered).
+
+    Args:
+        url: the bundle's URL.
+        activate: called with each new verified bundle (e.g. ``WasmEngine.activate``); it
+            raises :class:`PolicyLoadError` to refuse one.
+        verification: the key signed bundles are checked with.
+        timeout_s: the HTTP timeout.
+        headers: extra request headers (e.g. ``Authorization``).
+        max_bytes: the largest bundle accepted.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        activate: Callable[[Bundle], object],
+        verification: VerificationKey | None = None,
+        timeout_s: float = 10.0,
+        headers: Mapping[str, str] | None = None,
+        max_bytes: int = DEFAULT_MAX_BUNDLE_BYTES,
+    ) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError("bundle URL must be http or https")
+        self._url = url
+        self._activate = activate
+        self._verification = verification
+        self._timeout_s = timeout_s
+        self._headers = dict(headers or {})
+        self._max_bytes = max_bytes
+        self._etag: str | None = None
+        self.last_error: BundleError | None = None
+
+    @property
+    def etag(self) -> str | None:
+        """The ETag of the bundle in force, if the server gave one."""
+        return self._etag
+
+    def _download(self) -> tuple[int, bytes, str | None]:
+        headers = dict(self._headers)
+        if self._etag is not None:
+            headers["If-None-Match"] = self._etag
+        request = urllib.request.Request(self._url, headers=headers)  # noqa: S310 - checked
+        try:
+            with urllib.request.urlopen(request, timeout=self._timeout_s) as response:  # noqa: S310
+                body = response.read(self._max_bytes + 1)
+                return int(response.status), body, response.headers.get("ETag")
+        except urllib.error.HTTPError as exc:
+            exc.close()
+            return int(exc.code), b"", None
+
+    def poll(self) -> PollResult:
+        """Poll once (blocking; run it in a thread from async code)."""
+        try:
+            status, body, etag = self._download()
+        except (OSError, ValueError) as exc:
+            return self._failed(BundleError("bundle download failed", detail=type(exc).__name__))
+        if status == 304:  # noqa: PLR2004 - Not Modified
+            return PollResult("unchanged")
+        if status != 200:  # noqa: PLR2004 - OK
+            return self._failed(BundleError("bundle server answered an error", detail=str(status)))
+        if len(body) > self._max_bytes:
+            return self._failed(BundleError("bundle is larger than the limit"))
+        try:
+            bundle = bundle_from_files(
+                _read_archive(body, self._max_bytes), verification=self._verification
+            )
+            self._activate(bundle)
+        except PolicyLoadError as exc:
+            error = exc if isinstance(exc, BundleError) else BundleError(str(exc), detail=exc.detail)
+            return self._failed(error)
+        self._etag = etag
+        self.last_error = None
+        return PollResult("activated", revision=bundle.revision)
+
+    def _failed(self, error: BundleError) -> PollResult:
+        self.last_error = error
+        return PollResult("failed", error=error)
+
+
+# -- building (with the opa binary) ---------------------------------------------------------
+
+
+def build_bundle(
+    opa_binary: str | os.PathLike[str],
+    policy_dir: str | os.PathLike[str],
+    output: str | os.PathLike[str],
+    *,
+    entrypoints: tuple[str, ...],
+    revision: str | None = None,
+    signing_key: str | os.PathLike[str] | None = None,
+    signing_alg: str | None = None,
+    timeout_s: float = 120.0,
+) -> Path:
+    """Compile a policy directory to a wasm bundle with ``opa build -b -t wasm``.
+
+    Only the files OPA would serve are taken: every ``*.rego`` except ``*_test.rego``, and
+    every ``data.json``, at their paths below ``policy_dir``.
+
+    Raises:
+        BundleError: the directory holds no policy, or ``opa build`` fails.
+    """
+    import shutil  # noqa: PLC0415 - only building needs these
+    import subprocess  # noqa: PLC0415
+    import tempfile  # noqa: PLC0415
+
+    root = Path(policy_dir)
+    sources = [
+        path
+        for path in sorted(root.rglob("*"))
+        if path.is_file()
+        and (
+            (path.suffix == ".rego" and not path.name.endswith("_test.rego"))
+            or path.name == "data.json"
+        )
+    ]
+    if not any(path.suffix == ".rego" for path in sources):
+        raise BundleError("no policy to build")
+    with tempfile.TemporaryDirectory(prefix="gateway-bundle-") as staging:
+        for path in sources:
+            target = Path(staging, path.relative_to(root))
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
+        command = [str(opa_binary), "build", "-b", "-t", "wasm", "-o", str(output)]
+        for entrypoint in entrypoints:
+            command += ["-e", entrypoint]
+        if revision is not None:
+            command += ["--revision", revision]
+        if signing_key is not None:
+            command += ["--signing-key", str(signing_key)]
+        if signing_alg is not None:
+            command += ["--signing-alg", signing_alg]
+        command.append(staging)
+        try:
+            result = subprocess.run(  # noqa: S603 - a fixed binary and argument list
+                command, capture_output=True, text=True, timeout=timeout_s, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise BundleError("opa build did not run", detail=str(exc)[:_MAX_DETAIL]) from None
+    if result.returncode != 0:
+        raise BundleError("opa build failed", detail=result.stderr[-_MAX_DETAIL:])
+    return Path(output)

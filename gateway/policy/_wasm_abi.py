@@ -1,0 +1,451 @@
+"""OPA's WebAssembly ABI (1.2 and later) on wasmtime, called through wasmtime's C API.
+
+wasmtime-py's generic ``Func.__call__`` converts every argument and result through Python
+objects; an evaluation here is one ``opa_eval`` call through ``wasmtime_func_call_unchecked``
+with a preallocated argument buffer, the input bytes copied straight into linear memory and
+the result read back as the C string ``opa_eval`` returns. Host builtins are raw callbacks
+(``wasmtime_func_new_unchecked``). A store and its instance are single-threaded: each thread
+gets its own :class:`PolicyInstance` from the same :class:`CompiledPolicy`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import threading
+import weakref
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import wasmtime
+from wasmtime import _ffi as ffi
+
+from gateway import _json
+from gateway.policy import _rego_value
+from gateway.policy._sprintf import sprintf
+
+#: The ABI this host speaks: major 1, minor 2 or later (``opa_eval``).
+ABI_MAJOR: Final = 1
+ABI_MIN_MINOR: Final = 2
+_PAGE: Final = 65536
+_MAX_DETAIL: Final = 300
+#: opa_eval's output format: 1 prints Rego values (sets stay sets).
+_FORMAT_VALUE: Final = 1
+_BUILTIN_IMPORTS: Final = frozenset(f"opa_builtin{n}" for n in range(5))
+_KNOWN_IMPORTS: Final = _BUILTIN_IMPORTS | {"memory", "opa_abort", "opa_println"}
+_INTERRUPT: Final = ffi.wasmtime_trap_code_enum.WASMTIME_TRAP_CODE_INTERRUPT.value
+_RAW_SIZE: Final = ctypes.sizeof(ffi.wasmtime_val_raw_t)
+
+# Integer-only prototypes of the few C functions on the evaluation path: ctypes converts
+# plain ints in a fraction of the time it takes to build and check typed pointers.
+_c = ctypes.c_void_p
+_call_unchecked: Final = ctypes.CFUNCTYPE(_c, _c, _c, _c, ctypes.c_size_t, _c)(
+    ("wasmtime_func_call_unchecked", ffi.dll)
+)
+_memory_data: Final = ctypes.CFUNCTYPE(_c, _c, _c)(("wasmtime_memory_data", ffi.dll))
+_memory_size: Final = ctypes.CFUNCTYPE(ctypes.c_size_t, _c, _c)(
+    ("wasmtime_memory_data_size", ffi.dll)
+)
+_set_deadline: Final = ctypes.CFUNCTYPE(None, _c, ctypes.c_uint64)(
+    ("wasmtime_context_set_epoch_deadline", ffi.dll)
+)
+_caller_context: Final = ctypes.CFUNCTYPE(_c, _c)(("wasmtime_caller_context", ffi.dll))
+_Callback: Final = ctypes.CFUNCTYPE(ctypes.c_size_t, _c, _c, _c, ctypes.c_size_t)
+_i32_at: Final = ctypes.c_int32.from_address
+_TRAP_POINTER: Final = ctypes.POINTER(ffi.wasm_trap_t)
+_ERROR_POINTER: Final = ctypes.POINTER(ffi.wasmtime_error_t)
+#: Host builtin results remembered per instance, by the exact text of their operands.
+_RESULT_MEMO: Final = 4096
+
+
+class AbiError(Exception):
+    """A module this host cannot run: wrong ABI, unknown imports, missing builtins."""
+
+
+class EvaluationTrap(Exception):  # noqa: N818 - a trap is what wasm calls it
+    """An evaluation that stopped: ``timed_out`` when its epoch deadline passed."""
+
+    def __init__(self, message: str, *, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.timed_out = timed_out
+
+
+class _Undefined(Exception):  # noqa: N818 - control flow inside a builtin
+    """A builtin whose operands OPA would reject: the call is undefined, as in OPA."""
+
+
+# -- host builtins --------------------------------------------------------------------------
+
+
+def _builtin_sprintf(template: Any, operands: Any) -> Any:
+    if not isinstance(template, str) or not isinstance(operands, list):
+        raise _Undefined
+    return sprintf(template, operands)
+
+
+#: Builtins the host implements: name -> (arity, implementation over Rego values, giving a
+#: JSON value). A module importing any other builtin is refused at load.
+HOST_BUILTINS: Final[Mapping[str, tuple[int, Callable[..., Any]]]] = {
+    "sprintf": (2, _builtin_sprintf),
+}
+
+
+# -- the compiled module --------------------------------------------------------------------
+
+
+def new_engine() -> wasmtime.Engine:
+    """A wasmtime engine whose evaluations can be interrupted by epoch deadlines."""
+    config = wasmtime.Config()
+    config.epoch_interruption = True
+    return wasmtime.Engine(config)
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledPolicy:
+    """A compiled policy module, its data document and what its exports declared.
+
+    Build it with :func:`compile_policy`; it is immutable and shared by every thread.
+    """
+
+    engine: wasmtime.Engine
+    module: wasmtime.Module
+    data: bytes
+    memory_limit: int
+    memory_min_pages: int
+    entrypoints: Mapping[str, int]
+    builtins: Mapping[int, str]
+
+
+def compile_policy(
+    engine: wasmtime.Engine, wasm: bytes, data: bytes, *, memory_limit: int
+) -> CompiledPolicy:
+    """Compile and check one policy module against this host.
+
+    Raises:
+        AbiError: the module does not compile, speaks another ABI, imports something this
+            host does not provide (a builtin above all), or the data does not load.
+    """
+    try:
+        module = wasmtime.Module(engine, wasm)
+    except wasmtime.WasmtimeError:
+        raise AbiError("policy module does not compile") from None
+    min_pages = 0
+    for item in module.imports:
+        if item.module != "env" or item.name not in _KNOWN_IMPORTS:
+            raise AbiError(f"policy module imports {item.module}.{item.name}")
+        if item.name == "memory":
+            if not isinstance(item.type, wasmtime.MemoryType):
+                raise AbiError("policy module imports memory of another kind")
+            min_pages = item.type.limits.min
+    if min_pages * _PAGE > memory_limit:
+        raise AbiError("policy module needs more memory than the limit")
+    policy = CompiledPolicy(engine, module, data, memory_limit, min_pages, {}, {})
+    probe = PolicyInstance(policy, check=True)
+    return CompiledPolicy(
+        engine, module, data, memory_limit, min_pages, probe.entrypoints, probe.builtins
+    )
+
+
+# -- one instance ---------------------------------------------------------------------------
+
+
+def _trap_message(trap: Any) -> tuple[str, bool]:
+    code = ffi.wasmtime_trap_code_t()
+    timed_out = bool(ffi.wasmtime_trap_code(trap, ctypes.byref(code))) and (
+        code.value == _INTERRUPT
+    )
+    message = ffi.wasm_byte_vec_t()
+    ffi.wasm_trap_message(trap, ctypes.byref(message))
+    text = ctypes.string_at(message.data, message.size).decode("utf-8", "replace")
+    ffi.wasm_byte_vec_delete(ctypes.byref(message))
+    ffi.wasm_trap_delete(trap)
+    return text.rstrip("\0"), timed_out
+
+
+def _error_message(error: Any) -> str:
+    message = ffi.wasm_byte_vec_t()
+    ffi.wasmtime_error_message(error, ctypes.byref(message))
+    text = ctypes.string_at(message.data, message.size).decode("utf-8", "replace")
+    ffi.wasm_byte_vec_delete(ctypes.byref(message))
+    ffi.wasmtime_error_delete(error)
+    return text
+
+
+def _new_trap(message: str) -> int:
+    raw = message.encode("utf-8")
+    trap = ffi.wasmtime_trap_new(raw, len(raw))
+    address = ctypes.cast(trap, ctypes.c_void_p).value
+    return 0 if address is None else address
+
+
+class PolicyInstance:
+    """One store, memory and instance of a :class:`CompiledPolicy`; for one thread only.
+
+    The data document is parsed into the heap once; every :meth:`evaluate` resets the heap
+    to just after it (``opa_eval`` takes the heap start), so evaluations leave nothing behind.
+    """
+
+    def __init__(self, policy: CompiledPolicy, *, check: bool = False) -> None:
+        self.policy = policy
+        self._store = wasmtime.Store(policy.engine)
+        self._store.set_limits(memory_size=policy.memory_limit)
+        # No deadline while loading: the data is the operator's, and is parsed once.
+        self._store.set_epoch_deadline(2**62)
+        context = self._store._context()  # noqa: SLF001 - the C API needs the raw context
+        self._context: int = ctypes.cast(context, ctypes.c_void_p).value or 0
+        max_pages = policy.memory_limit // _PAGE
+        self._memory = wasmtime.Memory(
+            self._store, wasmtime.MemoryType(wasmtime.Limits(policy.memory_min_pages, max_pages))
+        )
+        self._memory_at = ctypes.addressof(self._memory._memory)  # noqa: SLF001
+        self._args = (ffi.wasmtime_val_raw_t * 7)()
+        self._args_at = ctypes.addressof(self._args)
+        self._host_args = (ffi.wasmtime_val_raw_t * 2)()
+        self._host_args_at = ctypes.addressof(self._host_args)
+        self._trap = ctypes.c_void_p()
+        self._trap_at = ctypes.addressof(self._trap)
+        self._callbacks: list[Any] = []  # the ctypes thunks must outlive the instance
+        self._results: dict[bytes, bytes] = {}
+        self.builtins: dict[int, str] = dict(policy.builtins)
+        imports: list[Any] = []
+        for item in policy.module.imports:
+            if item.name == "memory":
+                imports.append(self._memory)
+            else:
+                imports.append(self._host_function(context, item.name, item.type))
+        try:
+            instance = wasmtime.Instance(self._store, policy.module, imports)
+        except (wasmtime.WasmtimeError, wasmtime.Trap) as exc:
+            raise AbiError("policy module does not instantiate") from exc
+        exports = instance.exports(self._store)
+        self._funcs: list[Any] = []
+        self._exports: dict[str, int] = {}
+        for name in (
+            "opa_eval",
+            "opa_malloc",
+            "opa_json_parse",
+            "opa_value_dump",
+            "opa_heap_ptr_get",
+            "builtins",
+            "entrypoints",
+            "opa_json_dump",
+        ):
+            export = exports.get(name)
+            if not isinstance(export, wasmtime.Func):
+                raise AbiError(f"policy module does not export {name}")
+            self._funcs.append(export)
+            self._exports[name] = ctypes.addressof(export._func)  # noqa: SLF001
+        self._eval_at = self._exports["opa_eval"]
+        if check:
+            self._check_abi(exports)
+        self.entrypoints: dict[str, int] = (
+            dict(policy.entrypoints) if policy.entrypoints else self._entrypoints()
+        )
+        self._data_addr = self._load_json(policy.data, self._context, self._args_at)
+        if self._data_addr == 0:
+            raise AbiError("policy data is not valid JSON")
+        self._heap = self._call("opa_heap_ptr_get", 0, self._context, self._args_at)
+
+    # The checks a fresh module gets once, on a probe instance.
+    def _check_abi(self, exports: Any) -> None:
+        major = exports.get("opa_wasm_abi_version")
+        minor = exports.get("opa_wasm_abi_minor_version")
+        if not isinstance(major, wasmtime.Global) or not isinstance(minor, wasmtime.Global):
+            raise AbiError("policy module declares no ABI version")
+        version = (major.value(self._store), minor.value(self._store))
+        if version[0] != ABI_MAJOR or not isinstance(version[1], int) or version[1] < ABI_MIN_MINOR:
+            raise AbiError(f"policy module speaks ABI {version[0]}.{version[1]}")
+        declared = _json.parse_trusted(self._dump_json(self._call_export("builtins")))
+        if not isinstance(declared, dict):
+            raise AbiError("policy module lists no builtins")
+        for name, number in declared.items():
+            if name not in HOST_BUILTINS:
+                raise AbiError(f"policy module needs builtin {name}, which the host lacks")
+            self.builtins[int(number)] = name
+
+    def _entrypoints(self) -> dict[str, int]:
+        declared = _json.parse_trusted(self._dump_json(self._call_export("entrypoints")))
+        if not isinstance(declared, dict) or not declared:
+            raise AbiError("policy module lists no entrypoints")
+        return {str(name): int(number) for name, number in declared.items()}
+
+    # -- raw calls ---------------------------------------------------------------------------
+
+    def _call_export(self, name: str) -> int:
+        return self._call(name, 0, self._context, self._args_at)
+
+    def _call(self, name: str, count: int, context: int, args_at: int) -> int:
+        return self._raw_call(self._exports[name], count, context, args_at)
+
+    def _raw_call(self, func_at: int, count: int, context: int, args_at: int) -> int:
+        self._trap.value = None
+        error = _call_unchecked(context, func_at, args_at, max(count, 1), self._trap_at)
+        if error:
+            raise EvaluationTrap(_error_message(ctypes.cast(error, _ERROR_POINTER)))
+        if self._trap.value:
+            trap = ctypes.cast(self._trap.value, _TRAP_POINTER)
+            message, timed_out = _trap_message(trap)
+            raise EvaluationTrap(message, timed_out=timed_out)
+        return int(_i32_at(args_at).value)
+
+    def _string_at(self, address: int, context: int) -> bytes:
+        # The address comes from the module: read only inside its memory.
+        size = _memory_size(context, self._memory_at)
+        if address <= 0 or address >= size:
+            raise EvaluationTrap("result address outside memory")
+        base = _memory_data(context, self._memory_at)
+        text = ctypes.string_at(base + address)
+        if address + len(text) >= size:
+            raise EvaluationTrap("result string runs past memory")
+        return text
+
+    def _dump_json(self, address: int) -> bytes:
+        _i32_at(self._args_at).value = address
+        return self._string_at(
+            self._call("opa_json_dump", 1, self._context, self._args_at), self._context
+        )
+
+    def _load_json(self, raw: bytes, context: int, args_at: int) -> int:
+        _i32_at(args_at).value = len(raw)
+        address = self._call("opa_malloc", 1, context, args_at)
+        size = _memory_size(context, self._memory_at)
+        if address <= 0 or address + len(raw) > size:
+            raise EvaluationTrap("allocation outside memory")
+        ctypes.memmove(_memory_data(context, self._memory_at) + address, raw, len(raw))
+        _i32_at(args_at).value = address
+        _i32_at(args_at + _RAW_SIZE).value = len(raw)
+        return self._call("opa_json_parse", 2, context, args_at)
+
+    # -- host functions ----------------------------------------------------------------------
+
+    def _host_function(self, context: Any, name: str, kind: wasmtime.FuncType) -> wasmtime.Func:
+        this = weakref.ref(self)
+
+        def abort(env: int, caller: int, values: int, count: int) -> int:
+            return _new_trap("opa_abort")
+
+        def println(env: int, caller: int, values: int, count: int) -> int:
+            return 0
+
+        def builtin(env: int, caller: int, values: int, count: int) -> int:
+            instance = this()
+            if instance is None:
+                return _new_trap("policy instance is gone")
+            try:
+                result = instance._call_builtin(caller, values, count)
+            except _Undefined:
+                result = 0
+            except Exception as exc:  # noqa: BLE001 - becomes a trap: the evaluation fails
+                return _new_trap(f"builtin failed: {type(exc).__name__}")
+            _i32_at(values).value = result
+            return 0
+
+        if name == "opa_abort":
+            body = abort
+        elif name == "opa_println":
+            body = println
+        else:
+            body = builtin
+        callback = _Callback(body)
+        self._callbacks.append(callback)
+        func = ffi.wasmtime_func_t()
+        ffi.wasmtime_func_new_unchecked(
+            context,
+            kind.ptr(),
+            ctypes.cast(callback, ffi.wasmtime_func_unchecked_callback_t),
+            None,
+            ctypes.CFUNCTYPE(None, ctypes.c_void_p)(),
+            ctypes.byref(func),
+        )
+        return wasmtime.Func._from_raw(func)  # noqa: SLF001
+
+    def _call_builtin(self, caller: int, values: int, count: int) -> int:
+        context = _caller_context(caller)
+        name = self.builtins.get(_i32_at(values).value)
+        if name is None:
+            raise AbiError("unknown builtin id")
+        arity, implementation = HOST_BUILTINS[name]
+        if count - 2 != arity:
+            raise AbiError("builtin called with the wrong arity")
+        args_at = self._host_args_at
+        dumps: list[bytes] = []
+        for index in range(2, count):
+            _i32_at(args_at).value = _i32_at(values + index * _RAW_SIZE).value
+            dumps.append(self._string_at(self._call("opa_value_dump", 1, context, args_at), context))
+        key = name.encode() + b"\0" + b"\0".join(dumps)
+        encoded = self._results.get(key)
+        if encoded is None:
+            operands = [_rego_value.parse(dumped.decode("utf-8")) for dumped in dumps]
+            encoded = _json.canonical(implementation(*operands))
+            if len(self._results) >= _RESULT_MEMO:
+                self._results.clear()
+            self._results[key] = encoded
+        address = self._load_json(encoded, context, args_at)
+        if address == 0:
+            raise AbiError("builtin result did not load")
+        return address
+
+    # -- evaluation --------------------------------------------------------------------------
+
+    def evaluate(self, entrypoint: int, document: bytes, deadline_ticks: int) -> bytes:
+        """Run one entrypoint over the input bytes; the result set as Rego text.
+
+        Raises:
+            EvaluationTrap: the evaluation trapped (``timed_out`` past the deadline).
+        """
+        context = self._context
+        address = self._heap
+        end = address + len(document)
+        size = _memory_size(context, self._memory_at)
+        if end + _PAGE > size:
+            pages = math.ceil((end + _PAGE - size) / _PAGE)
+            try:
+                self._memory.grow(self._store, pages)
+            except wasmtime.WasmtimeError:
+                raise EvaluationTrap("input does not fit the memory limit") from None
+        ctypes.memmove(_memory_data(context, self._memory_at) + address, document, len(document))
+        _set_deadline(context, deadline_ticks)
+        args = self._args
+        args[0].i32 = 0
+        args[1].i32 = entrypoint
+        args[2].i32 = self._data_addr
+        args[3].i32 = address
+        args[4].i32 = len(document)
+        args[5].i32 = end
+        args[6].i32 = _FORMAT_VALUE
+        return self._string_at(self._raw_call(self._eval_at, 7, context, self._args_at), context)
+
+
+# -- the epoch ------------------------------------------------------------------------------
+
+
+class EpochTicker:
+    """Advances an engine's epoch every ``interval_s`` on a daemon thread, until stopped.
+
+    Deadlines are counted in ticks: an evaluation given ``n`` ticks traps after between
+    ``(n - 1) * interval_s`` and ``n * interval_s``.
+    """
+
+    def __init__(self, engine: wasmtime.Engine, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=_tick, args=(engine, interval_s, self._stop), name="wasm-epoch", daemon=True
+        )
+        self._thread.start()
+
+    def ticks_for(self, timeout_s: float) -> int:
+        """Deadline ticks that give at least ``timeout_s``."""
+        return max(1, math.ceil(timeout_s / self.interval_s)) + 1
+
+    def stop(self) -> None:
+        """Stop ticking (idempotent)."""
+        self._stop.set()
+
+
+def _tick(engine: wasmtime.Engine, interval_s: float, stop: threading.Event) -> None:
+    while not stop.wait(interval_s):
+        engine.increment_epoch()
+
+
