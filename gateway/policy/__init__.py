@@ -36,13 +36,18 @@ from gateway.policy._errors import (
     PolicyError,
     UndefinedDecisionError,
 )
+from gateway.policy._facts import FACTS_VERSION, SQL_MEDIA_TYPE, facts_json, sql_locations
 from gateway.policy._gate import GateProblem, check_policy_coverage
 from gateway.policy._rest import OpaRestEngine, OpaRestEngineSync
+from gateway.policy._sql_facts import MAX_SQL_LENGTH, sql_facts
 
 __all__ = [
     "DEFAULT_DECISION_PATH",
     "DEFAULT_MAX_TTL",
     "EMPTY_CONTEXT",
+    "FACTS_VERSION",
+    "MAX_SQL_LENGTH",
+    "SQL_MEDIA_TYPE",
     "CacheStats",
     "CachingAuthorizer",
     "CallerContext",
@@ -69,6 +74,9 @@ __all__ = [
     "caller_context",
     "check_policy_coverage",
     "current_caller",
+    "facts_json",
     "normalize_path",
     "read_decision",
+    "sql_facts",
+    "sql_locations",
 ]
