@@ -27,7 +27,7 @@ from typing import Any, Final
 import jwt
 
 from gateway import _json
-from gateway.policy._embedded import PolicyLoadError
+from gateway.policy._errors import PolicyError
 
 #: Default bound on a bundle's unpacked size.
 DEFAULT_MAX_BUNDLE_BYTES: Final = 64 << 20
@@ -46,7 +46,7 @@ _ALGORITHMS: Final = frozenset(
 )
 
 
-class BundleError(PolicyLoadError):
+class BundleError(PolicyError):
     """A bundle that cannot be read, fails verification, or does not load."""
 
     code = "policy_load_error"
@@ -119,7 +119,9 @@ def _read_archive(raw: bytes, max_bytes: int) -> dict[str, bytes]:
                     raise BundleError("bundle member is truncated")
                 files[name] = content
     except (tarfile.TarError, EOFError, OSError, gzip.BadGzipFile) as exc:
-        raise BundleError("bundle is not a readable tar archive", detail=str(exc)[:_MAX_DETAIL]) from None
+        raise BundleError(
+            "bundle is not a readable tar archive", detail=str(exc)[:_MAX_DETAIL]
+        ) from None
     return files
 
 
@@ -219,9 +221,7 @@ def _verify(files: Mapping[str, bytes], key: VerificationKey) -> None:
         raise BundleError("bundle must carry exactly one signature")
     try:
         header = jwt.get_unverified_header(tokens[0])
-        payload_bytes = jwt.api_jws.PyJWS().decode(
-            tokens[0], key.key, algorithms=[key.algorithm]
-        )
+        payload_bytes = jwt.api_jws.PyJWS().decode(tokens[0], key.key, algorithms=[key.algorithm])
     except (jwt.PyJWTError, ValueError, TypeError) as exc:
         raise BundleError("bundle signature does not verify", detail=type(exc).__name__) from None
     try:
@@ -391,7 +391,7 @@ class BundlePoller:
     Args:
         url: the bundle's URL.
         activate: called with each new verified bundle (e.g. ``WasmEngine.activate``); it
-            raises :class:`PolicyLoadError` to refuse one.
+            raises :class:`gateway.policy.PolicyError` to refuse one.
         verification: the key signed bundles are checked with.
         timeout_s: the HTTP timeout.
         headers: extra request headers (e.g. ``Authorization``).
@@ -454,8 +454,10 @@ class BundlePoller:
                 _read_archive(body, self._max_bytes), verification=self._verification
             )
             self._activate(bundle)
-        except PolicyLoadError as exc:
-            error = exc if isinstance(exc, BundleError) else BundleError(str(exc), detail=exc.detail)
+        except PolicyError as exc:
+            error = (
+                exc if isinstance(exc, BundleError) else BundleError(str(exc), detail=exc.detail)
+            )
             return self._failed(error)
         self._etag = etag
         self.last_error = None

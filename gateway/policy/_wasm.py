@@ -17,6 +17,7 @@ compiled and checked before it replaces the one in force, which stays if it fail
 from __future__ import annotations
 
 import os
+import re
 import threading
 import uuid
 import weakref
@@ -67,7 +68,7 @@ class WasmEngine:
         identity: the engine's name in cache keys and decisions.
 
     Raises:
-        PolicyLoadError: the bundle's module does not compile, speaks another ABI or needs
+        BundleError: the bundle's module does not compile, speaks another ABI or needs
             a builtin the host lacks, or its data does not load.
     """
 
@@ -132,7 +133,9 @@ class WasmEngine:
                 self._engine, bundle.wasm, bundle.data, memory_limit=self._memory_limit
             )
         except (AbiError, EvaluationTrap) as exc:
-            raise BundleError("policy bundle failed to load", detail=str(exc)[:_MAX_DETAIL]) from None
+            raise BundleError(
+                "policy bundle failed to load", detail=str(exc)[:_MAX_DETAIL]
+            ) from None
         return _Loaded(bundle, policy)
 
     def activate(self, bundle: Bundle) -> bool:
@@ -142,7 +145,7 @@ class WasmEngine:
             Whether the revision changed.
 
         Raises:
-            PolicyLoadError: the new bundle does not load (the previous one stays active).
+            BundleError: the new bundle does not load (the previous one stays active).
         """
         loaded = self._compile(bundle)
         with self._lock:
@@ -172,6 +175,8 @@ class WasmEngine:
         if entrypoint is None:
             # Only compiled entrypoints can be asked; anything else has no decision.
             return EngineAnswer(defined=False, revision=revision)
+        if b"\\ud" in document or b"\\uD" in document:
+            document = _without_surrogate_escapes(document)
         try:
             instance = self._instance(loaded)
             text = instance.evaluate(entrypoint, document, self._ticks)
@@ -196,6 +201,26 @@ class WasmEngine:
         return f"WasmEngine({self.identity!r}, revision={self.revision()!r})"
 
 
+def _without_surrogate_escapes(document: bytes) -> bytes:
+    # The module's JSON reader decodes an escaped surrogate pair (\ud840\udc00) to the wrong
+    # character; written out as UTF-8 it reads right. Only the pairs change: numbers and
+    # everything else keep their exact text. An escaped backslash is matched (and kept) as
+    # a unit, so the text after it is never mistaken for an escape.
+    return _SURROGATE_PAIR.sub(_pair_to_utf8, document)
+
+
+def _pair_to_utf8(match: re.Match[bytes]) -> bytes:
+    if match.group(1) is None:
+        return match.group(0)
+    high, low = int(match.group(1), 16), int(match.group(2), 16)
+    return chr(0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00)).encode("utf-8")
+
+
+_SURROGATE_PAIR: Final = re.compile(
+    rb"\\\\|\\u(d[89ab][0-9a-f]{2})\\u(d[c-f][0-9a-f]{2})", re.IGNORECASE
+)
+
+
 def _answer(text: bytes, revision: str) -> EngineAnswer:
     if text == _UNDEFINED:
         return EngineAnswer(defined=False, revision=revision)
@@ -214,9 +239,7 @@ def _answer(text: bytes, revision: str) -> EngineAnswer:
             value = _single_result(decoded)
     except (UnicodeDecodeError, _rego_value.RegoValueError) as exc:
         raise EngineError("wasm result is unreadable", detail=str(exc)[:_MAX_DETAIL]) from None
-    return EngineAnswer(
-        defined=True, value=value, decision_id=uuid.uuid4().hex, revision=revision
-    )
+    return EngineAnswer(defined=True, value=value, decision_id=uuid.uuid4().hex, revision=revision)
 
 
 def _single_result(text: str) -> Any:

@@ -372,7 +372,9 @@ class PolicyInstance:
         dumps: list[bytes] = []
         for index in range(2, count):
             _i32_at(args_at).value = _i32_at(values + index * _RAW_SIZE).value
-            dumps.append(self._string_at(self._call("opa_value_dump", 1, context, args_at), context))
+            dumps.append(
+                self._string_at(self._call("opa_value_dump", 1, context, args_at), context)
+            )
         key = name.encode() + b"\0" + b"\0".join(dumps)
         encoded = self._results.get(key)
         if encoded is None:
@@ -447,5 +449,3 @@ class EpochTicker:
 def _tick(engine: wasmtime.Engine, interval_s: float, stop: threading.Event) -> None:
     while not stop.wait(interval_s):
         engine.increment_epoch()
-
-

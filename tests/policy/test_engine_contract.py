@@ -1,4 +1,4 @@
-"""One engine contract, three engines: OPA over REST (a real server), embedded regorus, a fake.
+"""One engine contract, four engines: OPA over REST (a real server), regorus, OPA wasm, a fake.
 
 Every test here runs against each engine and expects the same decision, except where an
 engine's documented capability differs (exact numbers beyond 2^53, decision ids); those
@@ -42,6 +42,7 @@ from tests.policy.conftest import (
     denied_without_running,
     guarded,
 )
+from tests.policy.wasm_support import contract_engine
 
 BLOCKED_REASON: Final = 'text: the word "blocked" is refused'
 UNKNOWN_SUBJECT_REASON: Final = "subject: not on the allow list"
@@ -119,7 +120,7 @@ STATIC_POLICY: Final[dict[str, Any]] = {
 }
 
 
-@pytest.fixture(params=["rest", "embedded", "static"])
+@pytest.fixture(params=["rest", "embedded", "wasm", "static"])
 async def case(request: pytest.FixtureRequest) -> AsyncIterator[EngineCase]:
     """Each engine in turn, serving the test policy."""
     if request.param == "rest":
@@ -129,6 +130,9 @@ async def case(request: pytest.FixtureRequest) -> AsyncIterator[EngineCase]:
     elif request.param == "embedded":
         embedded = EmbeddedEngine.from_directory(REGO_DIR)
         yield EngineCase("embedded", embedded, exact_big_numbers=False, decision_ids=True)
+    elif request.param == "wasm":
+        wasm = contract_engine(request.getfixturevalue("opa_binary"))
+        yield EngineCase("wasm", wasm, exact_big_numbers=True, decision_ids=True)
     else:
         static = StaticEngine(STATIC_POLICY, identity="static:test-policy")
         yield EngineCase("static", static, exact_big_numbers=True, decision_ids=True)
