@@ -1,8 +1,22 @@
 """Masking of sensitive values before they enter an audit record.
 
-A masked value is replaced by a keyed digest (HMAC-SHA256), so equal secrets stay
-correlatable within a trail without being recoverable by guessing. The raw value is also
-scrubbed from every other string in the record (a policy message that echoes it, say).
+A value is masked when its member name looks sensitive, when it sits at a configured JSON
+pointer, or when it is a string that looks like a credential itself. A masked value is
+replaced by a keyed digest (HMAC-SHA256), so equal secrets stay correlatable within a trail
+without being recoverable by guessing. The raw value is also scrubbed from every other string
+in the record (a policy message that echoes it, say).
+
+Member names are matched by *pattern*, not by a list of exact names. A name is first
+normalised into words (:func:`normalize_name`: ``"X-API-Key"``, ``"xApiKey"`` and
+``"x.api.key"`` all become ``"x_api_key"``), then each pattern of :data:`DEFAULT_NAME_PATTERNS`
+is searched in it. The patterns cover a class of names (anything with *password*, *secret*,
+*token*, *credential*, *cookie*, *session*, *private*, ... in it, and *key* qualified by *api*,
+*access*, *signing*, ...), so unforeseen spellings are masked too. They err on the side of
+masking: ``max_tokens``, ``token_count`` or ``private`` (a flag) are masked as well. A bare
+``key`` is not (it names the key of a key-value store far more often than a credential).
+
+The OPA decision-log mask policy (``policies/system/log/mask.rego``) carries the same
+normalisation and the same default patterns; a test holds the two to one table.
 """
 
 from __future__ import annotations
@@ -16,7 +30,9 @@ from typing import Any, Final
 
 from gateway import _json
 
-#: Key names masked by default, compared case-insensitively without ``-``/``_``.
+#: Key names masked by default, compared case-insensitively without ``-``/``_``. Every one of
+#: them is also matched by :data:`DEFAULT_NAME_PATTERNS`; kept for configurations that
+#: extend it.
 DEFAULT_MASKED_KEYS: Final = frozenset(
     {
         "password",
@@ -37,12 +53,142 @@ DEFAULT_MASKED_KEYS: Final = frozenset(
         "ssn",
     }
 )
+
+# Qualifiers that make a "key" a credential: api_key, signing_key, accesskey, ...
+_KEY_QUALIFIERS: Final = (
+    "api|access|private|secret|signing|sign|encryption|encrypt|decryption|decrypt|master|"
+    "client|consumer|app|application|account|service|storage|auth|session|shared|hmac|ssh|"
+    "gpg|pgp|rsa|aes|jwt|tls|ssl|webhook|deploy|license|root|admin|crypto|cipher|wrapping|pass|"
+    "subscription"
+)
+
+#: Patterns searched in a normalised member name (:func:`normalize_name`: lower-case ASCII
+#: words joined by ``_``). Written in the regular-expression dialect that Python's ``re`` and
+#: RE2 (OPA) read alike: no ``\b``, ``\w``, ``\s``, look-around or back-references, and
+#: ``$`` only where no newline can occur. ``(^|_)word(_|$)`` matches a whole word; a bare
+#: ``word`` also matches inside one (``dbpassword``, ``accesstoken``).
+DEFAULT_NAME_PATTERNS: Final = (
+    "pass(word|wd|phrase|code)",
+    "(^|_)(pass|pw|pword)(_|$)",
+    "pwd",
+    "secret",
+    "token",
+    "credential",
+    "(^|_)creds?(_|$)",
+    "cookie",
+    "bearer",
+    "authori[sz]ation",
+    "(^|_)(auth|authn)(_|$)",
+    "api_?keys?",
+    f"({_KEY_QUALIFIERS})_?keys?",
+    "private",
+    "(^|_)(pem|pkcs|pfx|p_12|keystore|keyfile|key_file|keypair|key_pair|pat)(_|$)",
+    "session",
+    "signature",
+    "(^|_)sig(_|$)",
+    "jwt",
+    "(^|_)(otp|totp|hotp|mfa|pin|cvv|cvc|ssn)(_|$)",
+    "card_?number",
+    "credit_?card",
+    "(^|_)dsn(_|$)",
+    "conn(ection)?_?str(ing)?",
+)
+
+#: Patterns searched in every string value, whatever its member name: credentials that carry
+#: their own shape (bearer tokens, PEM private keys, JWTs, passwords in URLs, ``name=value``
+#: assignments of credentials in free text, well-known token prefixes). A matching string is
+#: masked whole. Same dialect as :data:`DEFAULT_NAME_PATTERNS`; every repetition either has a
+#: fixed bound or starts after a character it cannot contain, so that no pattern takes more
+#: than linear time on any string (Python's ``re`` backtracks).
+DEFAULT_VALUE_PATTERNS: Final = (
+    r"(?i)bearer[ \t]+[a-z0-9._~+/=-]{8}",
+    r"(?i)(password|passwd|pwd|secret|token|api[_-]?key|authorization|cookie|credential)s?"
+    r"""["']?[ \t]*[:=]""",
+    r"-----BEGIN[ A-Z0-9]{0,40}PRIVATE KEY",
+    r"(^|[^A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}[.][A-Za-z0-9_-]{8,}[.]",
+    r"://[^/ \t\r\n:@]+:[^/ \t\r\n@]*@",
+    r"(AKIA|ASIA)[0-9A-Z]{16}",
+    r"(gh[pousr]_[A-Za-z0-9]{36}|github_pat_[A-Za-z0-9_]{22})",
+    r"xox[abposr]-[0-9A-Za-z-]{10}",
+    r"(^|[^A-Za-z0-9_-])sk-[A-Za-z0-9_-]{20}",
+    r"(sk|rk)_live_[A-Za-z0-9]{16}",
+    r"glpat-[A-Za-z0-9_-]{20}",
+    r"AIza[0-9A-Za-z_-]{35}",
+)
+
 _NORMALIZE: Final = re.compile(r"[^a-z0-9]")
 _MIN_SCRUB: Final = 4
+_UPPER: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_LOWER: Final = frozenset("abcdefghijklmnopqrstuvwxyz")
+_DIGIT: Final = frozenset("0123456789")
 
 
 def _normalize(key: str) -> str:
     return _NORMALIZE.sub("", key.lower())
+
+
+def _kind(char: str) -> int:
+    # 1 upper, 2 lower, 3 digit, 0 anything else (a separator); ASCII only, like the policy.
+    if char in _UPPER:
+        return 1
+    if char in _LOWER:
+        return 2
+    if char in _DIGIT:
+        return 3
+    return 0
+
+
+def normalize_name(name: str) -> str:
+    """A member name as lower-case ASCII words joined by ``_``.
+
+    Words end at every character that is not an ASCII letter or digit, between a lower-case
+    and an upper-case letter (``apiKey``), before the last capital of a run followed by a
+    lower-case letter (``APIKey`` -> ``api_key``), and between letters and digits
+    (``oauth2Token`` -> ``oauth_2_token``). Linear in the length of ``name``.
+    """
+    out: list[str] = []
+    last = len(name) - 1
+    previous = 0
+    for index, char in enumerate(name):
+        kind = _kind(char)
+        if kind == 0:
+            if out and out[-1] != "_":
+                out.append("_")
+        else:
+            if (
+                (previous == 2 and kind == 1)
+                or (previous in (1, 2) and kind == 3)
+                or (previous == 3 and kind in (1, 2))
+                or (previous == 1 and kind == 1 and index < last and _kind(name[index + 1]) == 2)
+            ) and out[-1] != "_":
+                out.append("_")
+            out.append(char.lower())
+        previous = kind
+    if out and out[-1] == "_":
+        out.pop()
+    return "".join(out)
+
+
+def _pattern(patterns: Iterable[str], what: str) -> re.Pattern[str] | None:
+    texts = list(patterns)
+    for text in texts:
+        try:
+            re.compile(text)
+        except re.error as exc:
+            raise ValueError(f"invalid {what} pattern {text!r}: {exc}") from None
+    if not texts:
+        return None
+    # Each pattern in its own group: the inline (?i) of one must not reach another.
+    return re.compile("|".join(f"(?:{_scoped(text)})" for text in texts))
+
+
+def _scoped(text: str) -> str:
+    # A leading global flag group such as (?i) is only allowed at the very start of a
+    # Python pattern; inside the alternation it becomes the scoped form (?i:...).
+    match = re.match(r"\(\?([aiLmsux]+)\)", text)
+    if match is None:
+        return text
+    return f"(?{match.group(1)}:{text[match.end() :]})"
 
 
 def _pointer(text: str) -> tuple[str, ...]:
@@ -57,22 +203,45 @@ class Masker:
     """Replaces sensitive values with ``"masked:<digest>"``.
 
     Args:
-        keys: member names to mask wherever they occur (default :data:`DEFAULT_MASKED_KEYS`).
+        keys: member names to mask wherever they occur, compared case-insensitively without
+            separators (default :data:`DEFAULT_MASKED_KEYS`).
+        patterns: regular expressions searched in every normalised member name
+            (:func:`normalize_name`); a match masks the member's whole value (default
+            :data:`DEFAULT_NAME_PATTERNS`).
+        values: regular expressions searched in every string value; a match masks that
+            string (default :data:`DEFAULT_VALUE_PATTERNS`).
         pointers: JSON pointers (RFC 6901) of further values to mask, relative to the
             document being masked (``/card/number``).
         key: the HMAC key; a random one per process when omitted.
+
+    Raises:
+        ValueError: a pointer does not start with ``/``, or a pattern does not compile.
     """
 
     def __init__(
         self,
         *,
         keys: Iterable[str] = DEFAULT_MASKED_KEYS,
+        patterns: Iterable[str] = DEFAULT_NAME_PATTERNS,
+        values: Iterable[str] = DEFAULT_VALUE_PATTERNS,
         pointers: Iterable[str] = (),
         key: bytes | None = None,
     ) -> None:
         self._keys = frozenset(_normalize(name) for name in keys)
+        self._names = _pattern(patterns, "name")
+        self._values = _pattern(values, "value")
         self._pointers = tuple(_pointer(pointer) for pointer in pointers)
         self._key = key if key is not None else secrets.token_bytes(32)
+
+    def sensitive_name(self, name: str) -> bool:
+        """Whether a member called ``name`` has its value masked wherever it occurs."""
+        if _normalize(name) in self._keys:
+            return True
+        return self._names is not None and self._names.search(normalize_name(name)) is not None
+
+    def sensitive_value(self, value: str) -> bool:
+        """Whether a string looks like a credential by itself (masked whatever its name)."""
+        return self._values is not None and self._values.search(value) is not None
 
     def digest(self, value: Any) -> str:
         """The replacement text for one value (a non-string by its canonical JSON)."""
@@ -99,13 +268,15 @@ class Masker:
         if isinstance(node, dict):
             result = {}
             for name, value in node.items():
-                if isinstance(name, str) and _normalize(name) in self._keys:
+                if isinstance(name, str) and self.sensitive_name(name):
                     result[name] = self._replace(value, found)
                 else:
                     result[name] = self._walk(value, (*path, str(name)), found)
             return result
         if isinstance(node, list):
             return [self._walk(item, (*path, str(index)), found) for index, item in enumerate(node)]
+        if isinstance(node, str) and self.sensitive_value(node):
+            return self._replace(node, found)
         return node
 
     def _replace(self, value: Any, found: list[str]) -> str:

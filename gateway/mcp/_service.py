@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import sys
 from types import TracebackType
 from typing import Final, Literal, Self, TextIO
@@ -20,7 +19,11 @@ import uvicorn
 
 from gateway._contract import Tool
 from gateway.audit import AuditTrail, JsonlFileSink, Masker
-from gateway.audit._mask import DEFAULT_MASKED_KEYS
+from gateway.audit._mask import (
+    DEFAULT_MASKED_KEYS,
+    DEFAULT_NAME_PATTERNS,
+    DEFAULT_VALUE_PATTERNS,
+)
 from gateway.mcp._front import McpFront
 from gateway.mcp._upstream import UpstreamSet
 from gateway.policy import (
@@ -72,7 +75,7 @@ class McpService:
         self.trail: AuditTrail | None = None
         if config.audit.enabled:
             assert config.audit.path is not None  # noqa: S101 - validated by the config
-            key = os.environ[config.audit.key_env].encode() if config.audit.key_env else None
+            key = config.audit.key
             self.sink = JsonlFileSink(
                 config.audit.path,
                 fsync=config.audit.fsync,
@@ -81,6 +84,8 @@ class McpService:
             )
             masker = Masker(
                 keys=DEFAULT_MASKED_KEYS | set(config.audit.mask_keys),
+                patterns=DEFAULT_NAME_PATTERNS + config.audit.mask_patterns,
+                values=DEFAULT_VALUE_PATTERNS + config.audit.mask_values,
                 pointers=config.audit.mask_pointers,
             )
             self.trail = AuditTrail(self.sink, masker=masker)
@@ -93,6 +98,7 @@ class McpService:
             self._build(),
             authenticator=Authenticator(config.auth),
             stdio_context=CallerContext(dict(stdio)) if stdio is not None else None,
+            audit=self.trail,
         )
 
     @property

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -12,7 +11,11 @@ from starlette.applications import Starlette
 
 from gateway._contract import Tool
 from gateway.audit import AuditTrail, JsonlFileSink, Masker
-from gateway.audit._mask import DEFAULT_MASKED_KEYS
+from gateway.audit._mask import (
+    DEFAULT_MASKED_KEYS,
+    DEFAULT_NAME_PATTERNS,
+    DEFAULT_VALUE_PATTERNS,
+)
 from gateway.policy import (
     DecisionCache,
     EmbeddedEngine,
@@ -57,7 +60,9 @@ def build_engine(config: GatewayConfig) -> PolicyEngine:
     if engine_config.kind == "embedded":
         assert engine_config.policies is not None  # noqa: S101 - validated by the config
         return EmbeddedEngine.from_directory(
-            engine_config.policies, warm_up_path=engine_config.decision_path
+            engine_config.policies,
+            warm_up_path=engine_config.decision_path,
+            timeout=engine_config.timeout_s,
         )
     assert engine_config.url is not None  # noqa: S101 - validated by the config
     return OpaRestEngine(
@@ -84,7 +89,7 @@ def build_service(config: GatewayConfig) -> Service:
     trail: AuditTrail | None = None
     if config.audit.enabled:
         assert config.audit.path is not None  # noqa: S101 - validated by the config
-        key = os.environ[config.audit.key_env].encode() if config.audit.key_env else None
+        key = config.audit.key
         try:
             sink = JsonlFileSink(
                 config.audit.path,
@@ -98,6 +103,8 @@ def build_service(config: GatewayConfig) -> Service:
             ) from None
         masker = Masker(
             keys=DEFAULT_MASKED_KEYS | set(config.audit.mask_keys),
+            patterns=DEFAULT_NAME_PATTERNS + config.audit.mask_patterns,
+            values=DEFAULT_VALUE_PATTERNS + config.audit.mask_values,
             pointers=config.audit.mask_pointers,
         )
         trail = AuditTrail(sink, masker=masker)

@@ -76,12 +76,20 @@ def test_a_masked_key_hides_its_whole_value_even_when_it_is_an_object() -> None:
     assert sorted(found) == ["7", "read", "tok-1"]
 
 
-def test_only_the_configured_key_names_are_masked() -> None:
-    masker = Masker(keys=["pin"], key=KEY)
+def test_without_patterns_only_the_configured_key_names_are_masked() -> None:
+    masker = Masker(keys=["pin"], patterns=(), values=(), key=KEY)
 
     actual = masker.mask({"pin": "1234", "password": "visible"})
 
     assert actual == {"pin": masked("1234"), "password": "visible"}
+
+
+def test_configured_key_names_add_to_the_default_patterns() -> None:
+    masker = Masker(keys=["iban"], key=KEY)
+
+    actual = masker.mask({"iban": "DE89-3704", "password": "pw-1", "query": "kept"})
+
+    assert actual == {"iban": masked("DE89-3704"), "password": masked("pw-1"), "query": "kept"}
 
 
 @pytest.mark.parametrize(
@@ -122,7 +130,7 @@ def test_only_the_configured_key_names_are_masked() -> None:
 def test_json_pointers_mask_exactly_the_values_they_point_at(
     pointer: str, document: dict[str, Any], expected: dict[str, Any]
 ) -> None:
-    masker = Masker(keys=(), pointers=[pointer], key=KEY)
+    masker = Masker(keys=(), patterns=(), values=(), pointers=[pointer], key=KEY)
 
     assert masker.mask(document) == expected
 
