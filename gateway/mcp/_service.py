@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 from types import TracebackType
 from typing import Final, Literal, Self, TextIO
@@ -75,7 +76,7 @@ class McpService:
         self.trail: AuditTrail | None = None
         if config.audit.enabled:
             assert config.audit.path is not None  # noqa: S101 - validated by the config
-            key = config.audit.key
+            key = os.environ[config.audit.key_env].encode() if config.audit.key_env else None
             self.sink = JsonlFileSink(
                 config.audit.path,
                 fsync=config.audit.fsync,
@@ -98,7 +99,6 @@ class McpService:
             self._build(),
             authenticator=Authenticator(config.auth),
             stdio_context=CallerContext(dict(stdio)) if stdio is not None else None,
-            audit=self.trail,
         )
 
     @property

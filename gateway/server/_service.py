@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -60,9 +61,7 @@ def build_engine(config: GatewayConfig) -> PolicyEngine:
     if engine_config.kind == "embedded":
         assert engine_config.policies is not None  # noqa: S101 - validated by the config
         return EmbeddedEngine.from_directory(
-            engine_config.policies,
-            warm_up_path=engine_config.decision_path,
-            timeout=engine_config.timeout_s,
+            engine_config.policies, warm_up_path=engine_config.decision_path
         )
     assert engine_config.url is not None  # noqa: S101 - validated by the config
     return OpaRestEngine(
@@ -89,7 +88,7 @@ def build_service(config: GatewayConfig) -> Service:
     trail: AuditTrail | None = None
     if config.audit.enabled:
         assert config.audit.path is not None  # noqa: S101 - validated by the config
-        key = config.audit.key
+        key = os.environ[config.audit.key_env].encode() if config.audit.key_env else None
         try:
             sink = JsonlFileSink(
                 config.audit.path,
