@@ -36,6 +36,7 @@ Everything else must match exactly; a mismatch is a finding, reported with its i
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import Iterator, Sequence
@@ -48,6 +49,7 @@ import pytest
 
 from gateway import Authorization
 from gateway.policy import (
+    DEFAULT_DECISION_PATH,
     EmbeddedEngine,
     InputDocument,
     OpaRestEngine,
@@ -57,8 +59,11 @@ from gateway.policy import (
     PolicySources,
     caller_context,
 )
+from gateway.policy._bundle import Bundle
+from gateway.policy._wasm import WasmEngine
 from gateway.testing import OpaServer
 from tests.policy.differential_corpus import Case, build_corpus, data_variants
+from tests.policy.wasm_support import built_bundle
 
 POLICY_DIR: Final = Path(__file__).resolve().parents[2] / "policies"
 
@@ -198,13 +203,17 @@ def _describe(case: Case) -> str:
 
 
 def _compare(
-    cases: Sequence[Case], embedded: Sequence[Outcome], opa: Sequence[Outcome]
+    cases: Sequence[Case],
+    embedded: Sequence[Outcome],
+    opa: Sequence[Outcome],
+    *,
+    refuses_inexact: bool = True,
 ) -> tuple[Report, list[str]]:
     assert len(embedded) == len(opa) == len(cases)
     mismatches: list[str] = []
     allowed = denied = refused = inexact = 0
     for case, mine, theirs in zip(cases, embedded, opa, strict=True):
-        if _is_inexact(case):
+        if refuses_inexact and _is_inexact(case):
             inexact += 1
             if mine != Refusal("engine_error"):
                 mismatches.append(f"inexact number not refused by embedded: {_describe(case)}")
@@ -224,13 +233,20 @@ def _compare(
 
 
 async def _differential(
-    name: str, sources: PolicySources, server: OpaServer, cases: Sequence[Case]
+    name: str,
+    sources: PolicySources,
+    server: OpaServer,
+    cases: Sequence[Case],
+    *,
+    engine: PolicyEngine | None = None,
 ) -> Report:
+    # ``engine``: an engine other than regorus to hold against OPA; it must refuse nothing.
     await asyncio.to_thread(server.put_data, "", dict(sources.data))
     started = time.perf_counter()
     async with OpaRestEngine(server.url, timeout=30.0, revision_interval=0) as opa_engine:
-        embedded, opa = await _decide_both(EmbeddedEngine(sources), opa_engine, cases)
-    report, mismatches = _compare(cases, embedded, opa)
+        mine = EmbeddedEngine(sources) if engine is None else engine
+        embedded, opa = await _decide_both(mine, opa_engine, cases)
+    report, mismatches = _compare(cases, embedded, opa, refuses_inexact=engine is None)
     elapsed = time.perf_counter() - started
     print(
         f"differential[{name}]: compared {report.compared} inputs "
@@ -287,3 +303,54 @@ def test_a_disagreement_is_reported() -> None:
     assert len(mismatches) == 2
     assert cases[1].label in mismatches[0]
     assert "rbac: y" in mismatches[0]
+
+
+# -- the WebAssembly engine: OPA's own compiled policy, held to the same corpus ------------
+
+
+@pytest.fixture(scope="module")
+def shipped_bundle(opa_binary: str) -> Bundle:
+    """The shipped policies compiled by ``opa build -t wasm`` from the working tree."""
+    return built_bundle(opa_binary, str(POLICY_DIR), (DEFAULT_DECISION_PATH,))
+
+
+def _wasm_engine(bundle: Bundle, data: Any) -> WasmEngine:
+    # The same data document OPA is given, written out as UTF-8 (no escaped pairs).
+    encoded = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return WasmEngine(dataclasses.replace(bundle, data=encoded, revision="differential"))
+
+
+async def test_wasm_engine_agrees_with_opa_on_every_input_of_the_shipped_data(
+    shipped_sources: PolicySources,
+    shipped_opa: OpaServer,
+    corpus: list[Case],
+    shipped_bundle: Bundle,
+) -> None:
+    engine = _wasm_engine(shipped_bundle, shipped_sources.data)
+    report = await _differential("wasm", shipped_sources, shipped_opa, corpus, engine=engine)
+    # Nothing is refused for being inexact: inputs with numbers beyond binary64 are compared.
+    assert report.inexact == 0
+    assert report.compared == len(corpus)
+    assert sum(_is_inexact(case) for case in corpus) >= 10
+    assert report.allowed >= 100
+    assert report.denied >= 1000
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [name for name, _ in data_variants(json.loads((POLICY_DIR / "data.json").read_bytes()))],
+)
+async def test_wasm_engine_agrees_with_opa_on_changed_data(
+    variant: str,
+    shipped_sources: PolicySources,
+    shipped_opa: OpaServer,
+    corpus: list[Case],
+    shipped_bundle: Bundle,
+) -> None:
+    data = dict(data_variants(shipped_sources.data))[variant]
+    sources = PolicySources(shipped_sources.modules, data, f"variant-{variant}")
+    cases = corpus[::VARIANT_STRIDE]
+    engine = _wasm_engine(shipped_bundle, data)
+    report = await _differential(f"wasm-{variant}", sources, shipped_opa, cases, engine=engine)
+    assert report.compared == len(cases)
+    assert report.denied > 0
