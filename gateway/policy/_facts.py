@@ -59,8 +59,8 @@ def _resolve(root: Mapping[str, Any], ref: Any) -> Any:
     if not isinstance(ref, str) or not ref.startswith("#"):
         return None
     node: Any = root
-    for token in ref[1:].split("/")[1:] if ref != "#" else []:
-        token = token.replace("~1", "/").replace("~0", "~")
+    for escaped in ref[1:].split("/")[1:] if ref != "#" else []:
+        token = escaped.replace("~1", "/").replace("~0", "~")
         if isinstance(node, Mapping) and token in node:
             node = node[token]
         elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
@@ -74,9 +74,10 @@ def _resolve(root: Mapping[str, Any], ref: Any) -> Any:
 def sql_locations(definition: ToolDefinition) -> tuple[Location, ...]:
     """The locations of the SQL-marked string arguments of a tool, sorted.
 
-    Searched in ``properties``, ``items``, ``prefixItems``, ``additionalProperties`` is
-    not (a marker there has no name to key facts by), the combinators (``allOf``,
-    ``anyOf``, ``oneOf``, ``if``/``then``/``else``) and same-document ``$ref``.
+    Searched in ``properties``, ``items``, ``prefixItems``, the combinators (``allOf``,
+    ``anyOf``, ``oneOf``, ``if``/``then``/``else``) and same-document ``$ref``; not in
+    ``additionalProperties`` or ``patternProperties`` (a member there has no name the
+    policy could configure). Locations hold property names, ``None`` for array members.
     """
     root = definition.input_schema
     found: set[Location] = set()

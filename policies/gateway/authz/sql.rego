@@ -211,10 +211,16 @@ deny contains denial(module, misconfigured, sprintf("sql argument \"%s\" has no 
 	not facts[name]
 }
 
-deny contains denial(module, "query is not allowed: it is not valid SQL", sprintf("sql argument \"%s\" does not parse as PostgreSQL", [name])) if {
-	some name, _ in facts
+deny contains denial(module, "query is not allowed: it is not valid SQL", sprintf("sql argument \"%s\" does not parse as PostgreSQL (%s)", [name, error])) if {
+	some name, f in facts
 	not parsed[name]
+	error := error_category(f)
 }
+
+# error_category(f) is the parser's error category ("syntax", "nul", "too_long", ...).
+error_category(f) := f.error if {
+	is_string(f.error)
+} else := "malformed facts"
 
 deny contains denial(module, "query is not allowed: it is empty", sprintf("sql argument \"%s\" holds no statement", [name])) if {
 	some name, f in parsed
