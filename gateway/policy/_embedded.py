@@ -194,8 +194,13 @@ class _Worker:
             return None
         return self._read(_HEADER.unpack(header)[0], deadline)
 
+    def signal_kill(self) -> None:
+        """Send the kill signal only (any thread): its waiter then sees the pipe close."""
+        with contextlib.suppress(OSError):
+            self.process.kill()
+
     def kill(self) -> None:
-        """End the process, whatever it is doing."""
+        """End the process, whatever it is doing, and reap it."""
         self.process.kill()
         self.process.wait()
         for stream in (self._writer, self._reader):
@@ -304,6 +309,40 @@ class _Pool:
             self._condition.notify_all()
         for worker in idle:
             worker.kill()
+
+
+class _Ticket:
+    """One asynchronous call's claim on a worker: its caller may abandon it at any time."""
+
+    __slots__ = ("_abandoned", "_lock", "_worker")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._worker: _Worker | None = None
+        self._abandoned = False
+
+    def hold(self, worker: _Worker | None) -> bool:
+        """Record the worker evaluating (or none); ``False`` if the caller is gone."""
+        with self._lock:
+            if self._abandoned and worker is not None:
+                return False
+            self._worker = worker
+            return True
+
+    def abandon(self) -> None:
+        """The caller is gone: kill the worker evaluating for it, if any."""
+        with self._lock:
+            self._abandoned = True
+            worker = self._worker
+        if worker is not None:
+            worker.signal_kill()
+
+
+def _retrieve(future: asyncio.Future[EngineAnswer]) -> None:
+    # An answer nobody waits for any more (its caller timed out or was cancelled) is read
+    # here, so that asyncio does not report it as never retrieved.
+    if not future.cancelled():
+        future.exception()
 
 
 def _shut_down(pool: _Pool, threads: concurrent.futures.ThreadPoolExecutor) -> None:
@@ -482,12 +521,17 @@ class EmbeddedEngine:
             self._loaded = loaded
         return True
 
-    def _run(self, rule: bytes, document: bytes, deadline: float) -> EngineAnswer:
+    def _run(
+        self, rule: bytes, document: bytes, deadline: float, ticket: _Ticket | None = None
+    ) -> EngineAnswer:
         # On a thread that may block: waits for a worker and for its answer, not past the
         # deadline. A worker that is late or breaks is killed, never reused.
         if time.monotonic() >= deadline:
             raise EngineTimeoutError(f"embedded engine did not answer within {self._timeout} s")
         worker = self._pool.acquire(deadline)
+        if ticket is not None and not ticket.hold(worker):
+            self._pool.release(worker)
+            raise EngineUnavailableError("the caller is gone")
         sources, load = self._loaded
         answered = False
         try:
@@ -504,6 +548,8 @@ class EmbeddedEngine:
                 "embedded engine worker is gone", detail=f"{type(exc).__name__}: {exc}"
             ) from None
         finally:
+            if ticket is not None:
+                ticket.hold(None)
             if answered:
                 self._pool.release(worker)
             else:
@@ -544,19 +590,34 @@ class EmbeddedEngine:
         """
         rule, encoded = self._request(path, document)
         self._pool.admit()
+        ticket = _Ticket()
         try:
-            job = self._threads.submit(self._run, rule, encoded, time.monotonic() + self._timeout)
+            job = self._threads.submit(
+                self._run, rule, encoded, time.monotonic() + self._timeout, ticket
+            )
         except RuntimeError:  # the executor was shut down by close()
             self._pool.leave()
             raise EngineUnavailableError("embedded engine is closed") from None
         # The call stays counted until its job has ended (or was dropped before it began).
         job.add_done_callback(lambda _job: self._pool.leave())
+        waiter = asyncio.wrap_future(job)
+        waiter.add_done_callback(_retrieve)
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(job), self._timeout)
+            async with asyncio.timeout(self._timeout):
+                return await asyncio.shield(waiter)
         except TimeoutError:
+            # Nobody wants the answer: end the evaluation now, and return once its worker
+            # is gone, so a caller told engine_timeout leaves nothing running behind it.
+            ticket.abandon()
+            job.cancel()
+            await asyncio.wait({waiter})
             raise EngineTimeoutError(
                 f"embedded engine did not answer within {self._timeout} s"
             ) from None
+        except asyncio.CancelledError:
+            ticket.abandon()
+            job.cancel()
+            raise
 
     def __repr__(self) -> str:
         return f"EmbeddedEngine({self.identity!r}, revision={self.revision()!r})"

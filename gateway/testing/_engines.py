@@ -5,13 +5,14 @@ from __future__ import annotations
 import copy
 import itertools
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from gateway.policy._decision import normalize
 from gateway.policy._document import InputDocument
 from gateway.policy._engine import EngineAnswer, normalize_path
-from gateway.policy._errors import EngineError, PolicyError
+from gateway.policy._errors import EngineError, EngineTimeoutError, PolicyError
 
 __all__ = ["UNDEFINED", "StaticEngine"]
 
@@ -45,12 +46,19 @@ class StaticEngine:
 
     Every evaluation is recorded in :attr:`calls` as ``(path, input document)`` pairs.
 
+    With a ``timeout``, an answer that took ``timeout`` seconds or more on ``clock`` is
+    discarded and the evaluation fails with :class:`gateway.policy.EngineTimeoutError`, as
+    a real engine's deadline makes it fail; an answer function simulates a slow policy by
+    advancing a :class:`gateway.testing.FakeClock`.
+
     Args:
         answers: decision path (any form :func:`gateway.policy.normalize_path` accepts) to
             answer.
         identity: the engine identity (part of every cache key).
         revision: the initial policy revision.
         decision_ids: whether answers carry a decision id (``<identity>-<n>``).
+        timeout: the deadline of one evaluation in seconds (``None``: none).
+        clock: the monotonic clock the deadline is read on.
 
     Example:
         >>> engine = StaticEngine({"gateway/authz/decision": {"allow": True}})
@@ -63,7 +71,13 @@ class StaticEngine:
         identity: str = "static",
         revision: str = "static-1",
         decision_ids: bool = True,
+        timeout: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        if timeout is not None and not timeout > 0:
+            raise ValueError("timeout must be positive")
+        self._timeout = timeout
+        self._clock = clock
         self._lock = threading.Lock()
         self._answers: dict[str, Answer] = {
             normalize_path(path): answer for path, answer in (answers or {}).items()
@@ -111,6 +125,13 @@ class StaticEngine:
 
     def evaluate_sync(self, path: str, document: InputDocument) -> EngineAnswer:
         """Answer ``path`` from the table, in the calling thread."""
+        started = self._clock()
+        answer = self._answer(path, document)
+        if self._timeout is not None and self._clock() - started >= self._timeout:
+            raise EngineTimeoutError(f"static engine did not answer within {self._timeout} s")
+        return answer
+
+    def _answer(self, path: str, document: InputDocument) -> EngineAnswer:
         key = normalize_path(path)
         value_in = document.to_dict()
         with self._lock:
