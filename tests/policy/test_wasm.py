@@ -1,0 +1,218 @@
+"""The WebAssembly engine's own guarantees: what it refuses at load, its deadline, its memory cap.
+
+Policies are compiled by the real ``opa build -t wasm`` from small directories written here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+from pathlib import Path
+from typing import Final
+
+import pytest
+
+from gateway.policy import (
+    EngineError,
+    EngineTimeoutError,
+    EngineUnavailableError,
+    InputDocument,
+    PolicyAuthorizer,
+)
+from gateway.policy._bundle import Bundle, BundleError
+from gateway.policy._wasm import WasmEngine
+from tests.policy.conftest import authorization, denied_without_running, guarded
+from tests.policy.wasm_support import built_bundle
+
+SLOW: Final = """package slow
+
+# Work that grows with the input: a deadline of a millisecond cannot hold it.
+spin := count([x | some x in numbers.range(1, input.n); x % 7 == 0])
+
+hog := count(concat("", [sprintf("%d", [x]) | some x in numbers.range(1, input.n)]))
+
+echo := input
+
+guarded := {"allow": count([x | some x in numbers.range(1, input.arguments.n); x % 7 == 0]) < 0}
+"""
+NEEDS_HTTP: Final = """package net
+
+answer := http.send({"method": "GET", "url": input.url}).status_code
+"""
+VALUES: Final = """package values
+
+echo := input.value
+
+text := input.text
+"""
+
+
+def _bundle(opa_binary: str, root: Path, name: str, text: str, entrypoints: tuple[str, ...]) -> Bundle:
+    directory = root / name
+    directory.mkdir(exist_ok=True)
+    (directory / f"{name}.rego").write_text(text)
+    return built_bundle(opa_binary, str(directory), entrypoints)
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the policies of this module are written."""
+    return tmp_path_factory.mktemp("wasm")
+
+
+@pytest.fixture(scope="module")
+def slow(opa_binary: str, scratch: Path) -> Bundle:
+    """A policy whose work grows with ``input.n``."""
+    return _bundle(opa_binary, scratch, "slow", SLOW, ("slow/spin", "slow/hog", "slow/echo", "slow/guarded"))
+
+
+@pytest.fixture(scope="module")
+def values(opa_binary: str, scratch: Path) -> Bundle:
+    """A policy that hands its input back."""
+    return _bundle(opa_binary, scratch, "values", VALUES, ("values/echo", "values/text"))
+
+
+def test_a_module_that_needs_a_builtin_the_host_lacks_is_refused_at_load(
+    opa_binary: str, scratch: Path
+) -> None:
+    bundle = _bundle(opa_binary, scratch, "net", NEEDS_HTTP, ("net/answer",))
+    with pytest.raises(BundleError) as caught:
+        WasmEngine(bundle)
+    assert caught.value.code == "policy_load_error"
+    assert "http.send" in (caught.value.detail or "")
+
+
+def test_bytes_that_are_not_a_module_are_refused_at_load(values: Bundle) -> None:
+    with pytest.raises(BundleError):
+        WasmEngine(dataclasses.replace(values, wasm=b"\0asm\x01\0\0\0garbage"))
+
+
+def test_data_that_is_not_json_is_refused_at_load(values: Bundle) -> None:
+    with pytest.raises(BundleError):
+        WasmEngine(dataclasses.replace(values, data=b"{not json"))
+
+
+def test_an_evaluation_past_its_deadline_fails_closed_with_engine_timeout(slow: Bundle) -> None:
+    engine = WasmEngine(slow, timeout_s=0.001, tick_s=0.001)
+    with pytest.raises(EngineTimeoutError) as caught:
+        engine.evaluate_sync("slow/spin", b'{"n": 100000000}')
+    assert caught.value.code == "engine_timeout"
+    # The thread's instance was replaced: the next evaluation runs normally.
+    assert engine.evaluate_sync("slow/spin", b'{"n": 70}').value == 10
+    engine.close()
+
+
+async def test_a_timed_out_decision_denies_behind_a_guard(slow: Bundle) -> None:
+    engine = WasmEngine(slow, timeout_s=0.001, tick_s=0.001)
+    binding, tool = guarded(PolicyAuthorizer(engine, path="slow/guarded"))
+    error = await denied_without_running(binding, tool, '{"n": 100000000}')
+    assert error.code == "engine_timeout"
+
+
+def test_an_evaluation_that_outgrows_the_memory_cap_fails_closed(slow: Bundle) -> None:
+    engine = WasmEngine(slow, memory_limit=4 << 20, timeout_s=30)
+    with pytest.raises(EngineError) as caught:
+        engine.evaluate_sync("slow/hog", b'{"n": 10000000}')
+    assert caught.value.code == "engine_error"
+    assert engine.evaluate_sync("slow/hog", b'{"n": 9}').value == 9
+
+
+def test_an_input_larger_than_the_memory_cap_fails_closed(values: Bundle) -> None:
+    engine = WasmEngine(values, memory_limit=2 << 20)
+    big = b'{"value": "' + b"x" * (4 << 20) + b'"}'
+    with pytest.raises(EngineError):
+        engine.evaluate_sync("values/echo", big)
+    assert engine.evaluate_sync("values/echo", b'{"value": 1}').value == 1
+
+
+def test_a_module_that_needs_more_memory_than_the_cap_is_refused(values: Bundle) -> None:
+    with pytest.raises(BundleError):
+        WasmEngine(values, memory_limit=64 << 10)
+
+
+@pytest.mark.parametrize(
+    "number",
+    [b"9007199254740993", b"-9007199254740993", b"0.1000000000000000001", b"1e400", b"1E-400",
+     b"123456789012345678901234567890.000000000000000000001"],
+)  # fmt: skip
+def test_numbers_reach_the_policy_and_come_back_exactly(values: Bundle, number: bytes) -> None:
+    engine = WasmEngine(values)
+    answer = engine.evaluate_sync("values/echo", b'{"value": ' + number + b"}")
+    assert answer.defined
+    assert str(answer.value).lower() == number.decode().lower() or answer.value == _exact(number)
+
+
+def _exact(number: bytes) -> object:
+    from decimal import Decimal  # noqa: PLC0415 - only this helper needs it
+
+    return Decimal(number.decode())
+
+
+@pytest.mark.parametrize(
+    ("raw", "text"),
+    [
+        (rb'{"text": "\ud840\udc00"}', "\U00020000"),
+        (rb'{"text": "\uD83D\uDE00!"}', "\U0001f600!"),
+        (rb'{"text": "\\ud840\\udc00"}', "\\ud840\\udc00"),
+        (rb'{"text": "\\\ud83d\ude00"}', "\\\U0001f600"),
+        ('{"text": "\U00020000"}'.encode(), "\U00020000"),
+    ],
+)
+def test_escaped_surrogate_pairs_reach_the_policy_as_their_character(
+    values: Bundle, raw: bytes, text: str
+) -> None:
+    engine = WasmEngine(values)
+    assert engine.evaluate_sync("values/text", raw).value == text
+
+
+def test_a_path_that_is_not_a_compiled_entrypoint_is_undefined(values: Bundle) -> None:
+    engine = WasmEngine(values)
+    assert engine.evaluate_sync("values/other", b"{}").defined is False
+
+
+def test_each_thread_evaluates_on_its_own_instance(values: Bundle) -> None:
+    engine = WasmEngine(values)
+    results: dict[int, list[object]] = {}
+
+    def work(worker: int) -> None:
+        results[worker] = [
+            engine.evaluate_sync("values/echo", b'{"value": %d}' % (worker * 1000 + i)).value
+            for i in range(200)
+        ]
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == {n: [n * 1000 + i for i in range(200)] for n in range(4)}
+
+
+def test_a_bundle_that_fails_to_load_leaves_the_one_in_force(values: Bundle) -> None:
+    engine = WasmEngine(values)
+    before = engine.revision()
+    with pytest.raises(BundleError):
+        engine.activate(dataclasses.replace(values, wasm=b"broken", revision="next"))
+    assert engine.revision() == before
+    assert engine.evaluate_sync("values/echo", b'{"value": 2}').value == 2
+
+
+def test_a_new_bundle_is_put_in_force(values: Bundle) -> None:
+    engine = WasmEngine(values)
+    assert engine.activate(dataclasses.replace(values, revision="r2")) is True
+    assert engine.revision() == "r2"
+    assert engine.activate(dataclasses.replace(values, revision="r2")) is False
+
+
+def test_a_closed_engine_fails_closed(values: Bundle) -> None:
+    engine = WasmEngine(values)
+    engine.close()
+    with pytest.raises(EngineUnavailableError) as caught:
+        asyncio.run(engine.evaluate("values/echo", InputDocument(authorization())))
+    assert caught.value.code == "engine_unavailable"
+
+
+def test_invalid_deadlines_are_refused(values: Bundle) -> None:
+    with pytest.raises(ValueError, match="positive"):
+        WasmEngine(values, timeout_s=0)
