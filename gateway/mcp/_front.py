@@ -19,6 +19,17 @@ Who is calling:
   ``stdio_context`` (``[mcp] stdio_context``);
 - otherwise (an in-process client, a transport without the authenticating layer) the
   context is empty, which the shipped policies deny.
+
+What was sent: over streamable HTTP and stdio, every message is read from its raw bytes
+before the SDK decodes it (:mod:`gateway.mcp._wire`): a tool call's ``arguments`` reach
+:meth:`~gateway.Contract.prepare` as the exact bytes sent, so the same bytes get the same
+admission and decision as over the HTTP API; an envelope that is not strict JSON is refused
+with a JSON-RPC parse error. A tool call arriving over HTTP or stdio without the raw
+message is refused (it cannot happen through :meth:`McpFront.http_app` or
+:meth:`McpFront.serve_stdio`).
+
+HTTP sessions (:mod:`gateway.mcp._sessions`) belong to the principal that opened them,
+are capped per principal and are audited.
 """
 
 from __future__ import annotations
@@ -32,10 +43,13 @@ import uuid
 from collections.abc import Mapping
 from typing import Any, Final
 
+import anyio
 import mcp_types as types
+from anyio.streams.file import FileReadStream, FileWriteStream
+from mcp import MCPError
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel import Server
-from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -43,7 +57,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from gateway import _json
 from gateway._call import ToolCall
 from gateway._output import ToolOutput
+from gateway.audit import AuditTrail
 from gateway.mcp._content import gateway_version, structured, to_blocks
+from gateway.mcp._sessions import PRINCIPAL_SCOPE_KEY, SessionGuard, SessionTable
+from gateway.mcp._stdio import DEFAULT_MAX_LINE_BYTES, claim_std_fds, pump
+from gateway.mcp._wire import MESSAGE_SCOPE_KEY, Message
 from gateway.policy import EMPTY_CONTEXT, CallerContext, caller_context
 from gateway.server._auth import Authenticator, AuthFailure
 from gateway.server._gateway import CallResult, Gateway
@@ -139,6 +157,7 @@ class McpFront:
         authenticator: authenticates HTTP requests (required for :meth:`http_app`).
         stdio_context: the caller context of stdio calls (required for :meth:`serve_stdio`).
         name: the server name told to clients.
+        audit: the trail HTTP session records go to (the gateway's own trail).
     """
 
     def __init__(
@@ -148,10 +167,12 @@ class McpFront:
         authenticator: Authenticator | None = None,
         stdio_context: CallerContext | None = None,
         name: str = "gateway",
+        audit: AuditTrail | None = None,
     ) -> None:
         self._gateway = gateway
         self._authenticator = authenticator
         self._stdio_context = stdio_context
+        self._audit = audit
         self.server: Server[Any] = Server(
             name,
             version=gateway_version(),
@@ -198,11 +219,34 @@ class McpFront:
             return caller if isinstance(caller, CallerContext) else EMPTY_CONTEXT
         return self._stdio_context or EMPTY_CONTEXT
 
+    @staticmethod
+    def _arguments(
+        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> bytes:
+        """The argument bytes to admit: over a transport, exactly those that were sent."""
+        request = ctx.request
+        if request is None:
+            # An in-process client: there are no bytes, only the values it passed.
+            raw = _RAW_ARGUMENTS.get()
+            return _encode_arguments(params.arguments if raw is _UNSET else raw)
+        scope = getattr(request, "scope", None)
+        message = scope.get(MESSAGE_SCOPE_KEY) if isinstance(scope, Mapping) else None
+        request_id = ctx.request_id
+        if (
+            not isinstance(message, Message)
+            or not message.is_tool_call
+            or type(message.request_id) is not type(request_id)
+            or message.request_id != request_id
+        ):
+            # Fail closed: never admit values the SDK decoded in place of the bytes sent.
+            _LOG.error("a tool call reached the handler without its raw message; refused")
+            raise MCPError(code=types.INVALID_REQUEST, message="the request could not be read")
+        return b"{}" if message.arguments is None else message.arguments
+
     async def _call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        raw = _RAW_ARGUMENTS.get()
-        arguments = _encode_arguments(params.arguments if raw is _UNSET else raw)
+        arguments = self._arguments(ctx, params)
         call = ToolCall(f"mcp-{uuid.uuid4().hex}", params.name, arguments)
         gateway = self._gateway
         with caller_context(self._caller(ctx)):
@@ -217,10 +261,45 @@ class McpFront:
         """
         if self._stdio_context is None:
             raise ValueError("mcp.stdio_context: required for the stdio transport")
-        async with stdio_server() as (read_stream, write_stream):
-            await self.server.run(
-                read_stream, write_stream, self.server.create_initialization_options()
+        with claim_std_fds() as (wire_in, wire_out):
+            await self.serve_streams(FileReadStream(wire_in), FileWriteStream(wire_out))
+
+    async def serve_streams(
+        self,
+        stdin: anyio.abc.ByteReceiveStream,
+        stdout: anyio.abc.ByteSendStream,
+        *,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    ) -> None:
+        """Serve newline-delimited JSON-RPC over these byte streams until ``stdin`` ends.
+
+        This is the stdio transport on any pair of streams; every call gets the
+        ``stdio_context``.
+
+        Raises:
+            ValueError: no ``stdio_context`` was given.
+        """
+        if self._stdio_context is None:
+            raise ValueError("mcp.stdio_context: required for the stdio transport")
+        read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception]()
+        write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage]()
+        context = {CALLER_SCOPE_KEY: self._stdio_context}
+        async with anyio.create_task_group() as group:
+            group.start_soon(
+                lambda: pump(
+                    stdin,
+                    stdout,
+                    read_writer,
+                    write_reader,
+                    context=context,
+                    max_line_bytes=max_line_bytes,
+                )
             )
+            async with read_stream, write_stream:
+                await self.server.run(
+                    read_stream, write_stream, self.server.create_initialization_options()
+                )
+            group.cancel_scope.cancel()
 
     def http_app(
         self,
@@ -228,29 +307,44 @@ class McpFront:
         host: str = "127.0.0.1",
         path: str = "/mcp",
         max_body_bytes: int = 2 * 1024 * 1024,
+        sessions: SessionTable | None = None,
     ) -> ASGIApp:
         """A fresh streamable HTTP ASGI app at ``path``, every request authenticated.
 
         ``host`` is where it listens: on a loopback address the SDK's DNS-rebinding
-        protection is on. Build a new app for every server run (the SDK's session manager
-        runs once).
+        protection is on. ``sessions`` bounds the sessions per principal and their idle
+        timeout (default: :class:`SessionTable` defaults); the SDK is given the same
+        timeout. Build a new app for every server run (the SDK's session manager runs
+        once).
 
         Raises:
             ValueError: no authenticator was given.
         """
         if self._authenticator is None:
             raise ValueError("an authenticator is required to serve MCP over HTTP")
+        table = sessions if sessions is not None else SessionTable()
         app = self.server.streamable_http_app(
-            streamable_http_path=path, host=host, max_request_body_size=max_body_bytes
+            streamable_http_path=path,
+            host=host,
+            max_request_body_size=max_body_bytes,
+            session_idle_timeout=table.idle_timeout,
         )
-        return AuthenticatingApp(app, self._authenticator)
+        guarded = SessionGuard(
+            app,
+            table=table,
+            audit=self._audit,
+            max_body_bytes=max_body_bytes,
+            caller_key=CALLER_SCOPE_KEY,
+        )
+        return AuthenticatingApp(guarded, self._authenticator)
 
 
 class AuthenticatingApp:
     """ASGI layer: authenticates every HTTP request (401 otherwise) before the inner app.
 
     The caller context (with the request id) is put in the scope under
-    :data:`CALLER_SCOPE_KEY` and set as the current caller context around the inner app.
+    :data:`CALLER_SCOPE_KEY` and set as the current caller context around the inner app;
+    the principal (who holds the credential) under ``PRINCIPAL_SCOPE_KEY``.
     """
 
     def __init__(self, app: ASGIApp, authenticator: Authenticator) -> None:
@@ -267,7 +361,7 @@ class AuthenticatingApp:
             given if given is not None and _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
         )
         try:
-            context = self._auth.authenticate(headers)
+            identity = self._auth.identify(headers)
         except AuthFailure as failure:
             _LOG.info("unauthenticated MCP request %s: %s", request_id, failure.detail)
             response = JSONResponse(
@@ -281,6 +375,7 @@ class AuthenticatingApp:
             )
             await response(scope, receive, send)
             return
-        context = self._auth.with_request_id(context, request_id)
+        context = self._auth.with_request_id(identity.context, request_id)
+        inner = {**scope, CALLER_SCOPE_KEY: context, PRINCIPAL_SCOPE_KEY: identity.principal}
         with caller_context(context):
-            await self._app({**scope, CALLER_SCOPE_KEY: context}, receive, send)
+            await self._app(inner, receive, send)

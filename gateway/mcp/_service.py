@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import sys
 from types import TracebackType
 from typing import Final, Literal, Self, TextIO
@@ -76,7 +75,7 @@ class McpService:
         self.trail: AuditTrail | None = None
         if config.audit.enabled:
             assert config.audit.path is not None  # noqa: S101 - validated by the config
-            key = os.environ[config.audit.key_env].encode() if config.audit.key_env else None
+            key = config.audit.key
             self.sink = JsonlFileSink(
                 config.audit.path,
                 fsync=config.audit.fsync,
@@ -99,6 +98,7 @@ class McpService:
             self._build(),
             authenticator=Authenticator(config.auth),
             stdio_context=CallerContext(dict(stdio)) if stdio is not None else None,
+            audit=self.trail,
         )
 
     @property

@@ -11,6 +11,7 @@ import hashlib
 import hmac
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
 import jwt
@@ -30,6 +31,28 @@ class AuthFailure(Exception):  # noqa: N818 - a refusal, not a fault
         self.detail = detail
 
 
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who authenticated: the caller context and the principal behind the credential.
+
+    ``principal`` is an opaque, stable fingerprint of the credential's owner: which API key
+    (two keys with the same context are two principals), or which issuer and subject a
+    bearer token speaks for (a renewed token is the same principal). It never contains the
+    credential.
+    """
+
+    context: CallerContext
+    principal: str
+
+
+def _fingerprint(kind: str, *parts: str | bytes) -> str:
+    digest = hashlib.sha256(kind.encode())
+    for part in parts:
+        data = part if isinstance(part, bytes) else part.encode("utf-8", "surrogatepass")
+        digest.update(len(data).to_bytes(8, "big") + data)
+    return f"{kind}:{digest.hexdigest()[:32]}"
+
+
 class Authenticator:
     """Turns request headers into a caller context, or refuses."""
 
@@ -46,6 +69,14 @@ class Authenticator:
         Raises:
             AuthFailure: missing, malformed, unknown, expired or otherwise invalid credentials.
         """
+        return self.identify(headers).context
+
+    def identify(self, headers: Mapping[str, str]) -> Identity:
+        """The caller context and the principal for these headers.
+
+        Raises:
+            AuthFailure: missing, malformed, unknown, expired or otherwise invalid credentials.
+        """
         api_key = headers.get("x-api-key")
         authorization = headers.get("authorization")
         if api_key is not None:
@@ -57,7 +88,7 @@ class Authenticator:
             return self._bearer(token.strip())
         raise AuthFailure("unauthenticated", "no credentials")
 
-    def _api_key(self, presented: str) -> CallerContext:
+    def _api_key(self, presented: str) -> Identity:
         if not presented or len(presented) > _MAX_CREDENTIAL:
             raise AuthFailure("unauthenticated", "malformed API key")
         digest = hashlib.sha256(presented.encode("utf-8", "surrogatepass")).digest()
@@ -68,9 +99,9 @@ class Authenticator:
                 found = context
         if found is None:
             raise AuthFailure("unauthenticated", "unknown API key")
-        return found
+        return Identity(found, _fingerprint("api-key", digest))
 
-    def _bearer(self, token: str) -> CallerContext:
+    def _bearer(self, token: str) -> Identity:
         if self._jwt is None or self._jwt_keys is None:
             raise AuthFailure("unauthenticated", "bearer tokens are not accepted here")
         if len(token) > _MAX_CREDENTIAL:
@@ -104,9 +135,10 @@ class Authenticator:
         if not isinstance(context.get("subject"), str) or not context["subject"]:
             raise AuthFailure("unauthenticated", "token has no subject")
         try:
-            return CallerContext(context)
+            caller = CallerContext(context)
         except InvalidContextError:
             raise AuthFailure("unauthenticated", "token claims are not a valid context") from None
+        return Identity(caller, _fingerprint("jwt", str(claims.get("iss")), context["subject"]))
 
     def with_request_id(self, context: CallerContext, request_id: str) -> CallerContext:
         """The context with the request id added (for the audit trail; the policy never sees it)."""

@@ -56,9 +56,24 @@ def audit_path(tmp_path: Path) -> Path:
 ConfigWriter = Callable[..., Path]
 
 
+AUDIT_KEY_ENV = "GATEWAY_TEST_MCP_AUDIT_KEY"
+AUDIT_KEY = "mcp-test-audit-key-0123456789abcdef"
+
+
 @pytest.fixture
-def write_config(tmp_path: Path, record: Path, variant: Path, audit_path: Path) -> ConfigWriter:
-    """Write a gateway TOML configuration: shipped policies, the test upstream over stdio."""
+def write_config(
+    tmp_path: Path,
+    record: Path,
+    variant: Path,
+    audit_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> ConfigWriter:
+    """Write a gateway TOML configuration: shipped policies, the test upstream over stdio.
+
+    The audit chain is keyed from an environment variable (inherited by the stdio
+    subprocess).
+    """
+    monkeypatch.setenv(AUDIT_KEY_ENV, AUDIT_KEY)
 
     def write(
         *,
@@ -74,6 +89,8 @@ def write_config(tmp_path: Path, record: Path, variant: Path, audit_path: Path) 
             "",
             "[audit]",
             f"path = {_toml(str(audit_path))}",
+            "unkeyed = true",
+            f"key_env = {_toml(AUDIT_KEY_ENV)}",
             "",
         ]
         for key, context in KEYS.items():
@@ -107,7 +124,7 @@ def audit_records(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     files = trail_files(path)
-    result = verify(files, head=head_path(files[-1]))
+    result = verify(files, key=AUDIT_KEY.encode(), head=head_path(files[-1]))
     assert result.ok, result.error
     return [json.loads(line) for file in files for line in file.read_text().splitlines()]
 

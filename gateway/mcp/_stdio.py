@@ -1,0 +1,159 @@
+"""The stdio transport: newline-delimited JSON-RPC read as bytes, before the SDK decodes it.
+
+The SDK's own stdio reader decodes stdin as UTF-8 with replacement characters and parses
+each line leniently, which would change a tool call's arguments before admission. Here each
+line is read as bytes with :func:`~gateway.mcp._wire.read_message`: the arguments reach
+admission verbatim, and a line that is not strict JSON is answered with a JSON-RPC error.
+
+While serving, file descriptor 0 points at the null device and 1 at stderr (as the SDK
+does), so a child process or stray ``print`` can neither read the wire nor write to it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import sys
+from collections.abc import AsyncIterator, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO, Final
+
+import anyio
+import anyio.abc
+import mcp_types as types
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp.shared.message import ServerMessageMetadata, SessionMessage
+
+from gateway.mcp._wire import INVALID_REQUEST, MESSAGE_SCOPE_KEY, WireError, read_message
+
+#: The largest accepted line (one message), in bytes.
+DEFAULT_MAX_LINE_BYTES: Final = 2 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class StdioRequest:
+    """What a stdio message carries to the handler, shaped like an HTTP request's ``scope``."""
+
+    scope: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _error_line(error: WireError) -> bytes:
+    body = types.JSONRPCError(
+        jsonrpc="2.0",
+        id=error.request_id,
+        error=types.ErrorData(code=error.code, message=error.message),
+    )
+    return body.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n"
+
+
+async def _lines(stdin: anyio.abc.ByteReceiveStream, limit: int) -> AsyncIterator[bytes | None]:
+    """Each line without its newline; ``None`` for a line longer than ``limit``."""
+    buffer = bytearray()
+    skipping = False
+    while True:
+        try:
+            chunk = await stdin.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            break
+        buffer.extend(chunk)
+        while True:
+            end = buffer.find(b"\n")
+            if end < 0:
+                if len(buffer) > limit:
+                    if not skipping:
+                        yield None
+                    skipping = True
+                    buffer.clear()
+                break
+            line = bytes(buffer[:end])
+            del buffer[: end + 1]
+            if skipping:
+                skipping = False
+                continue
+            yield None if len(line) > limit else line
+    if buffer and not skipping:
+        yield bytes(buffer) if len(buffer) <= limit else None
+
+
+async def pump(
+    stdin: anyio.abc.ByteReceiveStream,
+    stdout: anyio.abc.ByteSendStream,
+    read_writer: MemoryObjectSendStream[SessionMessage | Exception],
+    write_reader: MemoryObjectReceiveStream[SessionMessage],
+    *,
+    context: Mapping[str, Any],
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+) -> None:
+    """Move messages between the byte streams and the server's streams until stdin ends.
+
+    ``context`` is put in every message's scope (the caller context of the stdio launcher).
+    """
+    lock = anyio.Lock()
+
+    async def write(data: bytes) -> None:
+        async with lock:
+            await stdout.send(data)
+
+    async def reader() -> None:
+        async with read_writer:
+            async for line in _lines(stdin, max_line_bytes):
+                if line is not None and not line.strip(b" \t\r"):
+                    continue
+                if line is None:
+                    await write(
+                        _error_line(WireError(INVALID_REQUEST, "Invalid Request: too large"))
+                    )
+                    continue
+                try:
+                    message = read_message(line)
+                    parsed = types.jsonrpc_message_adapter.validate_json(
+                        message.body, by_name=False
+                    )
+                except WireError as error:
+                    await write(_error_line(error))
+                    continue
+                except ValueError:
+                    await write(_error_line(WireError(INVALID_REQUEST, "Invalid Request")))
+                    continue
+                scope = {**context, MESSAGE_SCOPE_KEY: message}
+                metadata = ServerMessageMetadata(request_context=StdioRequest(scope))
+                await read_writer.send(SessionMessage(parsed, metadata=metadata))
+
+    async def writer() -> None:
+        async with write_reader:
+            async for outgoing in write_reader:
+                data = outgoing.message.model_dump_json(by_alias=True, exclude_unset=True)
+                await write(data.encode() + b"\n")
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(writer)
+        await reader()
+        group.cancel_scope.cancel()
+
+
+@contextlib.contextmanager
+def claim_std_fds() -> Iterator[tuple[BinaryIO, BinaryIO]]:
+    """Private duplicates of fds 0 and 1 for the wire; 0 and 1 are diverted while held.
+
+    The duplicates are never closed: a worker thread may still be blocked reading one
+    after the transport ends, and a recycled descriptor must not land under it.
+    """
+    sys.stdout.flush()
+    wire_in = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3)
+    wire_out = fcntl.fcntl(1, fcntl.F_DUPFD_CLOEXEC, 3)
+    null = os.open(os.devnull, os.O_RDONLY)
+    try:
+        os.dup2(null, 0)
+        os.dup2(2, 1)
+    finally:
+        os.close(null)
+    try:
+        yield (
+            os.fdopen(wire_in, "rb", buffering=0, closefd=False),
+            os.fdopen(wire_out, "wb", buffering=0, closefd=False),
+        )
+    finally:
+        sys.stdout.flush()
+        os.dup2(wire_in, 0)
+        os.dup2(wire_out, 1)

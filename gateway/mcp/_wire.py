@@ -1,0 +1,222 @@
+"""Reading one JSON-RPC message without losing the bytes of a tool call's arguments.
+
+The MCP SDK decodes a message with a lenient JSON parser before any handler runs: duplicate
+member names keep the last, long decimals become floats, ``NaN`` is a number. A tool call's
+arguments decoded that way are not the bytes the caller sent, so admission could not judge
+them as the HTTP API does. :func:`read_message` runs on the raw bytes, before the SDK:
+
+- the ``params.arguments`` member of a ``tools/call`` request is located by a structural
+  scan (strings, brackets) and kept as the exact bytes that were sent, whatever they
+  contain (duplicates, any number, lone surrogates, invalid UTF-8, any depth); only
+  :meth:`~gateway.Contract.prepare` judges them, exactly as for the HTTP API;
+- the SDK is handed the message with those bytes replaced by ``{}``;
+- the rest of the message (the envelope) must be strict JSON (RFC 7493): duplicate member
+  names, non-finite numbers, lone surrogates, invalid UTF-8 or excessive nesting anywhere
+  outside the arguments refuse the whole message with a JSON-RPC parse error, so the
+  gateway and the SDK can never read two different messages from the same bytes.
+
+An ``arguments`` member that is absent or ``null`` (what the MCP SDKs send for a call
+without arguments) means no arguments, ``{}``, as an absent or blank HTTP argument document.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Final
+
+from gateway import _json
+
+#: The scope key (ASGI scope, or a stdio message's request scope) holding its :class:`Message`.
+MESSAGE_SCOPE_KEY: Final = "gateway.mcp.message"
+PARSE_ERROR: Final = -32700
+INVALID_REQUEST: Final = -32600
+
+_WS: Final = frozenset(b" \t\n\r")
+_STRING: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_STRUCTURAL: Final = re.compile(rb'["\[\]{}]')
+_SCALAR_END: Final = re.compile(rb'[\s,\]}\[{":]')
+_OPEN: Final = {ord("{"): ord("}"), ord("["): ord("]")}
+_PLACEHOLDER: Final = b"{}"
+_ENVELOPE_DEPTH: Final = 64
+
+RequestId = int | str
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One JSON-RPC message read from the wire.
+
+    Attributes:
+        body: the message to hand to the SDK (a tool call's arguments replaced by ``{}``).
+        method: the ``method`` member when it is a string.
+        request_id: the ``id`` member (a request or a response), when present.
+        is_tool_call: whether this is a ``tools/call`` request.
+        arguments: for a tool call, the exact bytes of its ``arguments`` member (``None``
+            when absent or ``null``).
+    """
+
+    body: bytes
+    method: str | None
+    request_id: RequestId | None
+    is_tool_call: bool = False
+    arguments: bytes | None = None
+
+
+class WireError(Exception):
+    """A message refused before the SDK sees it (``message`` is public and quotes nothing)."""
+
+    def __init__(self, code: int, message: str, request_id: RequestId | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.request_id = request_id
+
+
+class _MalformedError(Exception):
+    pass
+
+
+def _skip(data: bytes, index: int) -> int:
+    size = len(data)
+    while index < size and data[index] in _WS:
+        index += 1
+    return index
+
+
+def _string_end(data: bytes, index: int) -> int:
+    match = _STRING.match(data, index)
+    if match is None:
+        raise _MalformedError
+    return match.end()
+
+
+def _value_end(data: bytes, index: int) -> int:
+    """The end of the JSON value starting at ``index``: structure only, tokens unjudged."""
+    if index >= len(data):
+        raise _MalformedError
+    first = data[index]
+    if first == ord('"'):
+        return _string_end(data, index)
+    if first not in _OPEN:
+        match = _SCALAR_END.search(data, index)
+        end = len(data) if match is None else match.start()
+        if end == index:
+            raise _MalformedError
+        return end
+    # Iterative: any depth is located here; admission bounds it.
+    closers = [_OPEN[first]]
+    position = index + 1
+    while True:
+        match = _STRUCTURAL.search(data, position)
+        if match is None:
+            raise _MalformedError
+        byte = data[match.start()]
+        if byte == ord('"'):
+            position = _string_end(data, match.start())
+            continue
+        position = match.end()
+        if byte in _OPEN:
+            closers.append(_OPEN[byte])
+        elif closers.pop() != byte:
+            raise _MalformedError
+        elif not closers:
+            return position
+
+
+def _members(data: bytes, index: int) -> tuple[dict[str, tuple[int, int]], int]:
+    """The member spans of the object at ``index`` (duplicate names are malformed)."""
+    members: dict[str, tuple[int, int]] = {}
+    index = _skip(data, index)
+    if index >= len(data) or data[index] != ord("{"):
+        raise _MalformedError
+    index = _skip(data, index + 1)
+    if index < len(data) and data[index] == ord("}"):
+        return members, index + 1
+    while True:
+        if index >= len(data) or data[index] != ord('"'):
+            raise _MalformedError
+        end = _string_end(data, index)
+        try:
+            name = _json.parse(data[index:end])
+        except _json.StrictJSONError:
+            raise _MalformedError from None
+        if name in members:
+            raise _MalformedError
+        index = _skip(data, end)
+        if index >= len(data) or data[index] != ord(":"):
+            raise _MalformedError
+        start = _skip(data, index + 1)
+        end = _value_end(data, start)
+        members[name] = (start, end)
+        index = _skip(data, end)
+        if index >= len(data):
+            raise _MalformedError
+        if data[index] == ord("}"):
+            return members, index + 1
+        if data[index] != ord(","):
+            raise _MalformedError
+        index = _skip(data, index + 1)
+
+
+def _strict(data: bytes) -> object:
+    try:
+        return _json.parse(data, max_depth=_ENVELOPE_DEPTH)
+    except _json.StrictJSONError:
+        raise _MalformedError from None
+
+
+def _request_id(envelope: dict[str, object]) -> RequestId | None:
+    if "id" not in envelope:
+        return None
+    value = envelope["id"]
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise WireError(INVALID_REQUEST, "Invalid Request: id must be a string or an integer")
+    return value
+
+
+def read_message(data: bytes) -> Message:
+    """Read one JSON-RPC message (a single object; batches are not part of MCP).
+
+    Raises:
+        WireError: the envelope is not strict JSON (:data:`PARSE_ERROR`), or not one
+            JSON-RPC object with a string or integer id (:data:`INVALID_REQUEST`).
+    """
+    try:
+        return _read(data)
+    except _MalformedError:
+        raise WireError(PARSE_ERROR, "Parse error: the message is not strict JSON") from None
+
+
+def _read(data: bytes) -> Message:
+    start = _skip(data, 0)
+    if start < len(data) and data[start] != ord("{"):
+        _strict(data)  # a parse error if it is not JSON at all
+        raise WireError(INVALID_REQUEST, "Invalid Request: the message must be one JSON object")
+    members, end = _members(data, start)
+    if _skip(data, end) != len(data):
+        raise _MalformedError
+    method_span = members.get("method")
+    method = _strict(data[method_span[0] : method_span[1]]) if method_span else None
+    body = data
+    arguments: bytes | None = None
+    is_tool_call = method == "tools/call" and "id" in members
+    params_span = members.get("params")
+    if is_tool_call and params_span is not None and data[params_span[0]] == ord("{"):
+        params, _ = _members(data, params_span[0])
+        span = params.get("arguments")
+        if span is not None:
+            first, last = span
+            arguments = data[first:last]
+            if arguments == b"null":
+                arguments = None
+            body = data[:first] + _PLACEHOLDER + data[last:]
+    envelope = _strict(body)
+    assert isinstance(envelope, dict)  # noqa: S101 - the scan found an object
+    return Message(
+        body=body,
+        method=method if isinstance(method, str) else None,
+        request_id=_request_id(envelope),
+        is_tool_call=is_tool_call,
+        arguments=arguments,
+    )
