@@ -8,6 +8,7 @@ from decimal import Decimal
 from typing import Any, Final, Literal
 
 from gateway._definition import ToolDefinition
+from gateway.policy._facts import SQL_MEDIA_TYPE, sql_locations
 
 Severity = Literal["error", "warning"]
 
@@ -67,8 +68,11 @@ def check_policy_coverage(
     no role granting it (always denied); a setting that names an argument the input schema
     does not declare as a property, or declares with a type the setting cannot accept
     (every call denied); a malformed or missing required setting; a resource kind or limit
-    key that nothing configures. Warnings: a configured argument the schema does not
-    require, a setting the tool's kind ignores, and settings for a tool that is not served.
+    key that nothing configures; an argument in ``sql_args`` whose schema property is not
+    marked ``"contentMediaType": "application/sql"`` (the gateway gives the policy no
+    parser facts for it, so every call is denied). Warnings: a configured argument the
+    schema does not require, a setting the tool's kind ignores, and settings for a tool that
+    is not served.
 
     Schema properties are read from the top-level ``properties`` and ``required`` of the
     input schema and of the members of a top-level ``allOf``. A setting that is absent or
@@ -174,6 +178,7 @@ class _ToolCheck:
     ) -> None:
         self.name = name
         self.schema = _Schema(definition.input_schema)
+        self.sql_marked = {loc[0] for loc in sql_locations(definition) if len(loc) == 1}
         self.settings = settings
         self.roles = roles
         self.granting = _granting_roles(name, roles)
@@ -257,6 +262,16 @@ class _ToolCheck:
                 yield self.error(f"setting {setting} is empty: {_DENY_ALL}")
             for argument in names:
                 yield from self._argument(setting, argument)
+                if setting == "sql_args" and argument in self.schema.properties:
+                    yield from self._sql_marker(argument)
+
+    def _sql_marker(self, argument: str) -> Iterator[GateProblem]:
+        if argument not in self.sql_marked:
+            yield self.error(
+                f"setting sql_args names argument {argument!r}, whose schema property is not "
+                f'marked "contentMediaType": "{SQL_MEDIA_TYPE}": the gateway gives the policy '
+                f"no parser facts for it, so {_DENY_ALL}"
+            )
 
     def _name_singles(self, settings: Mapping[str, Any], kind: Any) -> Iterator[GateProblem]:
         for setting, applies_to, required in _NAME_SINGLES:

@@ -21,6 +21,7 @@ from tests.policy.differential_corpus import EXAMPLE_DEFINITIONS, GOOD_ARGUMENTS
 
 POLICY_DIR: Final = Path(__file__).resolve().parents[2] / "policies"
 STRING: Final = {"type": "string"}
+SQL: Final = {"type": "string", "contentMediaType": "application/sql"}
 NUMBER: Final = {"type": "number"}
 
 
@@ -61,7 +62,7 @@ CASES: Final[dict[str, tuple[list[ToolDefinition], dict[str, Any], Expected]]] =
         [
             tool("read", {"path": STRING}),
             tool("fetch", {"url": STRING}),
-            tool("query", {"q": STRING, "db": STRING}),
+            tool("query", {"q": SQL, "db": STRING}),
             tool("run", {"cmd": STRING, "argv": {"type": "array"}}, ["cmd"]),
             tool("pay", {"amount": NUMBER, "account": STRING}),
             tool("note", {"tenant": STRING, "text": {}}),
@@ -205,12 +206,45 @@ CASES: Final[dict[str, tuple[list[ToolDefinition], dict[str, Any], Expected]]] =
         ],
     ),
     "untyped_arguments_are_fine": (
-        [ToolDefinition("q", {"type": "object", "properties": {"sql": {}, "db": True}})],
+        [
+            ToolDefinition(
+                "q",
+                {
+                    "type": "object",
+                    "properties": {"sql": {"contentMediaType": "application/sql"}, "db": True},
+                },
+            )
+        ],
         data({"q": {"kind": "sql", "sql_args": ["sql"], "resource_args": {"db": "accounts"}}}),
         [
             ("q", "warning", "argument 'sql' (setting sql_args) is not required"),
             ("q", "warning", "argument 'db' (setting resource_args) is not required"),
         ],
+    ),
+    "sql_arg_not_marked_as_sql": (
+        [tool("query", {"q": STRING})],
+        data({"query": {"kind": "sql", "sql_args": ["q"]}}),
+        [("query", "error", 'is not marked "contentMediaType": "application/sql"')],
+    ),
+    "sql_arg_marked_with_another_media_type": (
+        [tool("query", {"q": {"type": "string", "contentMediaType": "text/plain"}})],
+        data({"query": {"kind": "sql", "sql_args": ["q"]}}),
+        [("query", "error", "no parser facts")],
+    ),
+    "sql_arg_marked_through_a_ref": (
+        [
+            ToolDefinition(
+                "query",
+                {
+                    "type": "object",
+                    "properties": {"q": {"$ref": "#/$defs/sql"}},
+                    "required": ["q"],
+                    "$defs": {"sql": SQL},
+                },
+            )
+        ],
+        data({"query": {"kind": "sql", "sql_args": ["q"]}}),
+        [],
     ),
     "integer_limit_argument_is_fine": (
         [tool("pay", {"amount": {"type": "integer"}})],
@@ -411,6 +445,26 @@ BROKEN: Final[dict[str, tuple[str, str, Any]]] = {
     "unknown_kind": ("add", "kind", "math"),
     "no_roots": ("read_file", "roots", []),
 }
+
+
+async def test_an_sql_argument_without_the_marker_fails_the_gate_and_every_call_is_denied() -> None:
+    sources = PolicySources.from_directory(POLICY_DIR)
+    marked = EXAMPLE_DEFINITIONS["query_db"]
+    schema = json.loads(marked.input_schema_json)
+    del schema["properties"]["query"]["contentMediaType"]
+    unmarked = ToolDefinition(marked.name, schema, marked.description)
+    definitions = [d for d in EXAMPLE_DEFINITIONS.values() if d.name != "query_db"] + [unmarked]
+
+    problems = check_policy_coverage(definitions, dict(sources.data))
+
+    assert [(p.tool, p.severity) for p in problems] == [("query_db", "error")]
+    arguments = json.dumps(GOOD_ARGUMENTS["query_db"]).encode()
+    with caller_context(subject="alice", roles=["analyst"], tenant="acme"):
+        decision = await PolicyAuthorizer(EmbeddedEngine(sources)).authorize(
+            Authorization(unmarked, arguments)
+        )
+    assert decision.allowed is False
+    assert decision.message == "this tool is not configured correctly"
 
 
 @pytest.mark.parametrize(("name", "setting", "value"), BROKEN.values(), ids=BROKEN)
