@@ -89,8 +89,11 @@ class Bundle:
 
 
 def _clean_name(name: str) -> str:
-    cleaned = posixpath.normpath("/" + name.replace("\\", "/")).lstrip("/")
-    if not cleaned or cleaned == "." or ".." in cleaned.split("/") or "\0" in cleaned:
+    # Names are only ever keys here (nothing is written to disk), but one that climbs out
+    # of the root, or means the same file as another, is refused rather than reinterpreted.
+    raw = name.replace("\\", "/")
+    cleaned = posixpath.normpath("/" + raw).lstrip("/")
+    if not cleaned or cleaned == "." or ".." in raw.split("/") or "\0" in cleaned:
         raise BundleError("bundle holds a file with an unsafe name")
     return cleaned
 
@@ -511,7 +514,8 @@ def build_bundle(
             target = Path(staging, path.relative_to(root))
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, target)
-        command = [str(opa_binary), "build", "-b", "-t", "wasm", "-o", str(output)]
+        target = Path(output).resolve()
+        command = [str(opa_binary), "build", "-b", "-t", "wasm", "-o", str(target)]
         for entrypoint in entrypoints:
             command += ["-e", entrypoint]
         if revision is not None:
@@ -520,13 +524,19 @@ def build_bundle(
             command += ["--signing-key", str(signing_key)]
         if signing_alg is not None:
             command += ["--signing-alg", signing_alg]
-        command.append(staging)
+        # Built from inside the staging directory, the bundle names its files relatively.
+        command.append(".")
         try:
             result = subprocess.run(  # noqa: S603 - a fixed binary and argument list
-                command, capture_output=True, text=True, timeout=timeout_s, check=False
+                command,
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                check=False,
+                cwd=staging,
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise BundleError("opa build did not run", detail=str(exc)[:_MAX_DETAIL]) from None
     if result.returncode != 0:
         raise BundleError("opa build failed", detail=result.stderr[-_MAX_DETAIL:])
-    return Path(output)
+    return target

@@ -1,0 +1,473 @@
+"""Bundles as OPA builds them: reading, verifying OPA's signatures, polling a bundle server.
+
+Bundles are built and signed by the real ``opa build``; the bundle server is a real HTTP
+server on 127.0.0.1 (the standard library's, in a thread) that speaks ETag and 304.
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+import threading
+from collections.abc import Iterator, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, ClassVar, Final
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.policy._bundle import (
+    Bundle,
+    BundleError,
+    BundlePoller,
+    VerificationKey,
+    build_bundle,
+    read_bundle,
+)
+from gateway.policy._wasm import WasmEngine
+
+POLICY: Final = """package signed
+
+answer := {"limit": data.signed.limit, "note": data.signed.note, "deep": data.signed.deep.x}
+"""
+DATA: Final = '{"limit": 1.50, "note": "<a&b> \\u2028 \\u0001 \\u00e9 \\ud840\\udc00 \\"q\\""}'
+DEEP_DATA: Final = '{"x": [1E5, {"b": 2, "a": 1}]}'
+ENTRYPOINT: Final = "signed/answer"
+HMAC_SECRET: Final = "a-shared-secret-of-some-length-0123456789"
+
+
+def _pem_pair(private: Any) -> tuple[bytes, bytes]:
+    return (
+        private.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        ),
+        private.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        ),
+    )
+
+
+@pytest.fixture(scope="module")
+def policy_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A policy directory with data at two paths, in the bundle layout."""
+    root = tmp_path_factory.mktemp("signed-src")
+    (root / "signed").mkdir()
+    (root / "signed" / "policy.rego").write_text(POLICY)
+    (root / "signed" / "data.json").write_text(DATA)
+    (root / "signed" / "deep").mkdir()
+    (root / "signed" / "deep" / "data.json").write_text(DEEP_DATA)
+    return root
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, VerificationKey]]:
+    """Signing key files for opa, and the matching verification keys, per algorithm."""
+    root = tmp_path_factory.mktemp("keys")
+    found: dict[str, tuple[Path, VerificationKey]] = {}
+    for algorithm, private in (
+        ("RS256", rsa.generate_private_key(public_exponent=65537, key_size=2048)),
+        ("ES256", ec.generate_private_key(ec.SECP256R1())),
+    ):
+        private_pem, public_pem = _pem_pair(private)
+        (root / f"{algorithm}.pem").write_bytes(private_pem)
+        found[algorithm] = (root / f"{algorithm}.pem", VerificationKey(public_pem, algorithm))
+    (root / "HS256.key").write_text(HMAC_SECRET)
+    found["HS256"] = (root / "HS256.key", VerificationKey(HMAC_SECRET, "HS256"))
+    return found
+
+
+def _build(
+    opa_binary: str,
+    policy_dir: Path,
+    output: Path,
+    *,
+    revision: str = "rev-1",
+    key: tuple[Path, VerificationKey] | None = None,
+) -> bytes:
+    build_bundle(
+        opa_binary,
+        policy_dir,
+        output,
+        entrypoints=(ENTRYPOINT,),
+        revision=revision,
+        signing_key=None if key is None else (HMAC_SECRET if key[1].algorithm == "HS256" else key[0]),
+        signing_alg=None if key is None else key[1].algorithm,
+    )
+    return output.read_bytes()
+
+
+@pytest.fixture(scope="module")
+def signed(
+    opa_binary: str, policy_dir: Path, keys: dict[str, tuple[Path, VerificationKey]],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, bytes]:
+    """The bundle, signed by opa with each algorithm's key."""
+    out = tmp_path_factory.mktemp("signed")
+    return {
+        algorithm: _build(opa_binary, policy_dir, out / f"{algorithm}.tar.gz", key=key)
+        for algorithm, key in keys.items()
+    }
+
+
+@pytest.fixture(scope="module")
+def unsigned(opa_binary: str, policy_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """The bundle without a signature."""
+    return _build(opa_binary, policy_dir, tmp_path_factory.mktemp("unsigned") / "b.tar.gz")
+
+
+def _files(archive: bytes) -> dict[str, bytes]:
+    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
+        out: dict[str, bytes] = {}
+        for member in tar:
+            extracted = tar.extractfile(member)
+            if extracted is not None:
+                out[member.name.lstrip("/")] = extracted.read()
+        return out
+
+
+def _archive(files: Mapping[str, bytes], *, extra: list[tarfile.TarInfo] | None = None) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, content in files.items():
+            info = tarfile.TarInfo("/" + name)
+            info.size = len(content)
+            tar.addfile(info, io.BytesIO(content))
+        for info in extra or []:
+            tar.addfile(info)
+    return buffer.getvalue()
+
+
+# -- reading and verifying -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("algorithm", ["RS256", "ES256", "HS256"])
+def test_a_bundle_signed_by_opa_verifies_and_evaluates(
+    signed: dict[str, bytes], keys: dict[str, tuple[Path, VerificationKey]], algorithm: str
+) -> None:
+    bundle = read_bundle(signed[algorithm], verification=keys[algorithm][1])
+    assert bundle.signed
+    assert bundle.revision == "rev-1"
+    assert bundle.entrypoints == (ENTRYPOINT,)
+    answer = WasmEngine(bundle).evaluate_sync(ENTRYPOINT, b"{}")
+    assert answer.value["deep"][1] == {"a": 1, "b": 2}
+    assert str(answer.value["limit"]) == "1.50"
+    assert answer.value["note"] == '<a&b> \u2028 \u0001 é \U00020000 "q"'
+
+
+def test_an_unsigned_bundle_is_refused_when_a_key_is_configured(
+    unsigned: bytes, keys: dict[str, tuple[Path, VerificationKey]]
+) -> None:
+    with pytest.raises(BundleError, match="not signed"):
+        read_bundle(unsigned, verification=keys["RS256"][1])
+    assert read_bundle(unsigned).signed is False
+
+
+@pytest.mark.parametrize(("signer", "verifier"), [("RS256", "ES256"), ("ES256", "RS256"), ("HS256", "RS256")])
+def test_a_bundle_signed_with_another_key_is_refused(
+    signed: dict[str, bytes], keys: dict[str, tuple[Path, VerificationKey]], signer: str, verifier: str
+) -> None:
+    with pytest.raises(BundleError, match="does not verify"):
+        read_bundle(signed[signer], verification=keys[verifier][1])
+
+
+def test_a_wrong_shared_secret_is_refused(signed: dict[str, bytes]) -> None:
+    with pytest.raises(BundleError, match="does not verify"):
+        read_bundle(signed["HS256"], verification=VerificationKey("another-secret-" * 3, "HS256"))
+
+
+@pytest.mark.parametrize("name", ["data.json", "policy.wasm", ".manifest", "policy.rego"])
+def test_a_changed_file_is_refused(
+    signed: dict[str, bytes], keys: dict[str, tuple[Path, VerificationKey]], name: str
+) -> None:
+    files = _files(signed["RS256"])
+    target = next(n for n in files if n.endswith(name))
+    if target.endswith((".json", ".manifest")):
+        files[target] = files[target].replace(b"}", b', "added": 1}', 1)
+    else:
+        files[target] = files[target] + b"\0"
+    with pytest.raises(BundleError, match="does not match"):
+        read_bundle(_archive(files), verification=keys["RS256"][1])
+
+
+def test_reformatted_json_keeps_its_signature(
+    signed: dict[str, bytes], keys: dict[str, tuple[Path, VerificationKey]]
+) -> None:
+    # OPA hashes a JSON file over its value, not its bytes: white space does not matter.
+    files = _files(signed["RS256"])
+    target = "data.json"
+    files[target] = b"\n  " + files[target].replace(b",", b" ,\n ") + b"\n"
+    assert read_bundle(_archive(files), verification=keys["RS256"][1]).signed
+
+
+def test_a_file_the_signature_does_not_cover_is_refused(
+    signed: dict[str, bytes], keys: dict[str, tuple[Path, VerificationKey]]
+) -> None:
+    files = _files(signed["RS256"]) | {"other/data.json": b'{"x": 1}'}
+    with pytest.raises(BundleError, match="does not cover"):
+        read_bundle(_archive(files), verification=keys["RS256"][1])
+
+
+def test_a_listed_file_that_is_missing_is_refused(
+    signed: dict[str, bytes], keys: dict[str, tuple[Path, VerificationKey]]
+) -> None:
+    files = _files(signed["RS256"])
+    del files[next(n for n in files if n.endswith("policy.rego"))]
+    with pytest.raises(BundleError, match="lacks"):
+        read_bundle(_archive(files), verification=keys["RS256"][1])
+
+
+@pytest.mark.parametrize(
+    "signatures",
+    [b"{}", b'{"signatures": []}', b'{"signatures": ["a.b.c", "a.b.c"]}', b'{"signatures": [1]}',
+     b"not json", b'{"signatures": ["e30.e30.e30"]}'],
+)  # fmt: skip
+def test_malformed_signatures_are_refused(
+    signed: dict[str, bytes], keys: dict[str, tuple[Path, VerificationKey]], signatures: bytes
+) -> None:
+    files = _files(signed["RS256"]) | {".signatures.json": signatures}
+    with pytest.raises(BundleError):
+        read_bundle(_archive(files), verification=keys["RS256"][1])
+
+
+def test_key_id_and_scope_must_match_when_configured(
+    signed: dict[str, bytes], keys: dict[str, tuple[Path, VerificationKey]]
+) -> None:
+    public = keys["RS256"][1].key
+    assert read_bundle(signed["RS256"], verification=VerificationKey(public, key_id="default"))
+    with pytest.raises(BundleError, match="key id"):
+        read_bundle(signed["RS256"], verification=VerificationKey(public, key_id="other"))
+    with pytest.raises(BundleError, match="scope"):
+        read_bundle(signed["RS256"], verification=VerificationKey(public, scope="write"))
+
+
+def test_a_directory_reads_like_its_archive(signed: dict[str, bytes], tmp_path: Path) -> None:
+    for name, content in _files(signed["RS256"]).items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(content)
+    assert read_bundle(tmp_path) == read_bundle(signed["RS256"])
+
+
+def _member(name: str, kind: bytes, **fields: Any) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    for key, value in fields.items():
+        setattr(info, key, value)
+    return info
+
+
+@pytest.mark.parametrize(
+    "member",
+    [
+        _member("link", tarfile.SYMTYPE, linkname="/etc/passwd"),
+        _member("hard", tarfile.LNKTYPE, linkname="policy.wasm"),
+        _member("device", tarfile.CHRTYPE),
+        _member("fifo", tarfile.FIFOTYPE),
+    ],
+    ids=["symlink", "hardlink", "device", "fifo"],
+)
+def test_archive_members_other_than_regular_files_are_refused(
+    unsigned: bytes, member: tarfile.TarInfo
+) -> None:
+    with pytest.raises(BundleError, match="regular files"):
+        read_bundle(_archive(_files(unsigned), extra=[member]))
+
+
+@pytest.mark.parametrize("name", ["../escape/data.json", "a/../../data.json"])
+def test_archive_names_outside_the_root_are_refused(unsigned: bytes, name: str) -> None:
+    with pytest.raises(BundleError, match="unsafe"):
+        read_bundle(_archive(_files(unsigned) | {name: b"{}"}))
+
+
+def test_a_bundle_larger_than_the_limit_is_refused(unsigned: bytes) -> None:
+    with pytest.raises(BundleError, match="larger"):
+        read_bundle(unsigned, max_bytes=1000)
+
+
+def test_a_bundle_without_exactly_one_module_is_refused(unsigned: bytes) -> None:
+    files = {k: v for k, v in _files(unsigned).items() if k != "policy.wasm"}
+    with pytest.raises(BundleError, match="module"):
+        read_bundle(_archive(files))
+
+
+@settings(max_examples=200)
+@given(st.binary(max_size=600))
+def test_arbitrary_bytes_raise_only_bundle_errors(raw: bytes) -> None:
+    try:
+        read_bundle(raw)
+    except BundleError:
+        pass
+
+
+# -- polling --------------------------------------------------------------------------------
+
+
+class _BundleServer:
+    """A bundle server on 127.0.0.1: serves ``body`` with ``etag``; 304 on a matching ETag."""
+
+    def __init__(self) -> None:
+        self.body = b""
+        self.etag = '"0"'
+        self.status = 200
+        self.requests: list[Mapping[str, str]] = []
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version: ClassVar[str] = "HTTP/1.1"
+
+            def do_GET(self) -> None:  # noqa: N802 - the http.server hook
+                owner.requests.append(dict(self.headers))
+                if owner.status != 200:  # noqa: PLR2004
+                    self.send_response(owner.status)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                if self.headers.get("If-None-Match") == owner.etag:
+                    self.send_response(304)
+                    self.send_header("ETag", owner.etag)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                self.send_response(200)
+                self.send_header("ETag", owner.etag)
+                self.send_header("Content-Length", str(len(owner.body)))
+                self.end_headers()
+                self.wfile.write(owner.body)
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/bundles/gateway.tar.gz"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def serve(self, body: bytes, etag: str) -> None:
+        self.body, self.etag, self.status = body, etag, 200
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def server() -> Iterator[_BundleServer]:
+    """A running bundle server, stopped afterwards."""
+    running = _BundleServer()
+    yield running
+    running.close()
+
+
+@pytest.fixture(scope="module")
+def revisions(
+    opa_binary: str, policy_dir: Path, keys: dict[str, tuple[Path, VerificationKey]],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, bytes]:
+    """Two signed revisions of the bundle."""
+    out = tmp_path_factory.mktemp("revisions")
+    return {
+        revision: _build(opa_binary, policy_dir, out / f"{revision}.tar.gz", revision=revision, key=keys["RS256"])
+        for revision in ("rev-1", "rev-2")
+    }
+
+
+def _engine_and_poller(
+    server: _BundleServer, revisions: dict[str, bytes], key: VerificationKey
+) -> tuple[WasmEngine, BundlePoller]:
+    engine = WasmEngine(read_bundle(revisions["rev-1"], verification=key))
+    return engine, BundlePoller(server.url, activate=engine.activate, verification=key, timeout_s=5)
+
+
+def test_polling_activates_a_new_bundle_and_then_asks_with_its_etag(
+    server: _BundleServer, revisions: dict[str, bytes], keys: dict[str, tuple[Path, VerificationKey]]
+) -> None:
+    key = keys["RS256"][1]
+    engine, poller = _engine_and_poller(server, revisions, key)
+    server.serve(revisions["rev-2"], '"e2"')
+    assert poller.poll().outcome == "activated"
+    assert engine.revision() == "rev-2"
+    assert poller.etag == '"e2"'
+    assert poller.poll().outcome == "unchanged"
+    assert server.requests[-1]["If-None-Match"] == '"e2"'
+    assert "If-None-Match" not in server.requests[0]
+    server.serve(revisions["rev-1"], '"e1"')
+    result = poller.poll()
+    assert (result.outcome, result.revision) == ("activated", "rev-1")
+    assert engine.revision() == "rev-1"
+
+
+def test_a_bundle_that_fails_verification_keeps_the_last_good_one(
+    server: _BundleServer, revisions: dict[str, bytes], keys: dict[str, tuple[Path, VerificationKey]]
+) -> None:
+    key = keys["RS256"][1]
+    engine, poller = _engine_and_poller(server, revisions, key)
+    files = _files(revisions["rev-2"])
+    files["data.json"] = files["data.json"].replace(b"1.50", b"1000")
+    server.serve(_archive(files), '"forged"')
+    result = poller.poll()
+    assert result.outcome == "failed"
+    assert result.error is not None
+    assert engine.revision() == "rev-1"
+    assert str(engine.evaluate_sync(ENTRYPOINT, b"{}").value["limit"]) == "1.50"
+    # The forged ETag is not remembered: the next poll downloads again.
+    server.serve(revisions["rev-2"], '"e2"')
+    assert poller.poll().outcome == "activated"
+    assert "If-None-Match" not in server.requests[-1]
+
+
+def test_a_bundle_the_engine_refuses_keeps_the_last_good_one(
+    server: _BundleServer, revisions: dict[str, bytes]
+) -> None:
+    engine = WasmEngine(read_bundle(revisions["rev-1"]))
+    poller = BundlePoller(server.url, activate=engine.activate)
+    files = _files(revisions["rev-2"])
+    files["policy.wasm"] = b"\0asm broken"
+    server.serve(_archive(files), '"broken"')
+    assert poller.poll().outcome == "failed"
+    assert engine.revision() == "rev-1"
+
+
+@pytest.mark.parametrize("status", [404, 500, 503])
+def test_a_server_error_keeps_the_last_good_bundle(
+    server: _BundleServer, revisions: dict[str, bytes], keys: dict[str, tuple[Path, VerificationKey]], status: int
+) -> None:
+    engine, poller = _engine_and_poller(server, revisions, keys["RS256"][1])
+    server.status = status
+    result = poller.poll()
+    assert result.outcome == "failed"
+    assert engine.revision() == "rev-1"
+
+
+def test_an_unreachable_server_keeps_the_last_good_bundle(
+    revisions: dict[str, bytes], keys: dict[str, tuple[Path, VerificationKey]]
+) -> None:
+    stopped = _BundleServer()
+    stopped.close()
+    engine, poller = _engine_and_poller(stopped, revisions, keys["RS256"][1])
+    assert poller.poll().outcome == "failed"
+    assert engine.revision() == "rev-1"
+
+
+def test_an_oversized_download_is_refused(
+    server: _BundleServer, revisions: dict[str, bytes]
+) -> None:
+    engine = WasmEngine(read_bundle(revisions["rev-1"]))
+    poller = BundlePoller(server.url, activate=engine.activate, max_bytes=1000)
+    server.serve(revisions["rev-2"], '"e2"')
+    assert poller.poll().outcome == "failed"
+    assert engine.revision() == "rev-1"
+
+
+def test_only_http_urls_are_polled() -> None:
+    with pytest.raises(ValueError, match="http"):
+        BundlePoller("file:///etc/passwd", activate=lambda bundle: None)
+
+
+def test_bundle_values_compare_by_content(unsigned: bytes) -> None:
+    assert isinstance(read_bundle(unsigned), Bundle)
+    assert read_bundle(unsigned) == read_bundle(unsigned)
