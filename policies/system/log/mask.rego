@@ -99,7 +99,15 @@ normalize_name(name) := trim(lower(regex.replace(s4, `[^A-Za-z0-9]+`, "_")), "_"
 	s4 := regex.replace(s3, `([0-9])([A-Za-z])`, "${1}_${2}")
 }
 
-sensitive_name(name) if regex.match(_name_regex, normalize_name(name))
+# A name longer than the gateway's MAX_NAME_LENGTH is masked without being matched.
+max_name_length := 256
+
+sensitive_name(name) if count(name) > max_name_length
+
+sensitive_name(name) if {
+	count(name) <= max_name_length
+	regex.match(_name_regex, normalize_name(name))
+}
 
 sensitive_name(name) if _compact(name) in _keys
 

@@ -114,3 +114,10 @@ test_an_event_without_gateway_input_masks_nothing if {
 	masks := log.mask with input as {"input": "not an object"}
 	masks == set()
 }
+
+test_a_name_too_long_to_match_is_masked if {
+	long := concat("", [x | some _ in numbers.range(1, 52); x := "query"])
+	count(long) > log.max_name_length
+	log.sensitive_name(long)
+	not log.sensitive_name(substring(long, 0, log.max_name_length))
+}

@@ -1,0 +1,316 @@
+"""Masking by name pattern and by value shape: the class of credential names in any spelling
+style, at any depth; strings shaped like credentials whatever their name; never an error."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gateway.audit import (
+    DEFAULT_MASKED_KEYS,
+    DEFAULT_NAME_PATTERNS,
+    DEFAULT_VALUE_PATTERNS,
+    Masker,
+    normalize_name,
+)
+from gateway.audit._mask import MAX_NAME_LENGTH
+from tests.audit.mask_cases import INNOCENT_NAMES, PLAIN_VALUES, SECRET_VALUES, SENSITIVE_NAMES
+
+KEY = b"mask key"
+SECRET = "s3cr3t-Value-42"  # noqa: S105 - a test value
+
+
+def masked(value: str) -> str:
+    return "masked:" + hmac.new(KEY, value.encode(), hashlib.sha256).hexdigest()[:24]
+
+
+# -- names --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", SENSITIVE_NAMES)
+def test_a_credential_name_is_masked_in_any_spelling_style(name: str) -> None:
+    actual = Masker(key=KEY).mask({name: SECRET, "query": "kept"})
+
+    assert actual == {name: masked(SECRET), "query": "kept"}
+
+
+@pytest.mark.parametrize("name", INNOCENT_NAMES)
+def test_an_innocent_name_is_kept_in_clear(name: str) -> None:
+    actual = Masker(key=KEY).mask({name: "visible-value"})
+
+    assert actual == {name: "visible-value"}
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        pytest.param("X-API-Key", "x_api_key", id="kebab"),
+        pytest.param("xApiKey", "x_api_key", id="camel"),
+        pytest.param("XApiKey", "x_api_key", id="pascal"),
+        pytest.param("XAPIKey", "xapi_key", id="acronym"),
+        pytest.param("getHTTPResponseCode", "get_http_response_code", id="inner-acronym"),
+        pytest.param("x.api.key", "x_api_key", id="dotted"),
+        pytest.param("X API  KEY", "x_api_key", id="spaced-upper"),
+        pytest.param("__db__password__", "db_password", id="padded"),
+        pytest.param("oauth2Token", "oauth_2_token", id="digits"),
+        pytest.param("2fa_code", "2_fa_code", id="leading-digit"),
+        pytest.param("contraseña", "contrase_a", id="non-ascii-separates"),
+        pytest.param("", "", id="empty"),
+        pytest.param("-_.", "", id="separators-only"),
+    ],
+)
+def test_names_are_normalised_into_lower_case_words(name: str, expected: str) -> None:
+    assert normalize_name(name) == expected
+
+
+# The normalisation as the mask policy writes it (four regex replacements, as RE2 runs them);
+# the masker's own is a linear scan that must agree with it.
+_STEPS = (
+    (re.compile(r"([A-Z]+)([A-Z][a-z])"), r"\1_\2"),
+    (re.compile(r"([a-z])([A-Z])"), r"\1_\2"),
+    (re.compile(r"([A-Za-z])([0-9])"), r"\1_\2"),
+    (re.compile(r"([0-9])([A-Za-z])"), r"\1_\2"),
+)
+
+
+def regex_normalize(name: str) -> str:
+    for pattern, replacement in _STEPS:
+        name = pattern.sub(replacement, name)
+    return re.sub(r"[^A-Za-z0-9]+", "_", name).lower().strip("_")
+
+
+NAME_CHARS = st.sampled_from(list("aAbBkKyYzZ019_-. /~é日İK"))
+
+
+@given(st.text(NAME_CHARS, max_size=24))
+def test_normalisation_agrees_with_the_regex_form_of_the_policy(name: str) -> None:
+    assert normalize_name(name) == regex_normalize(name)
+
+
+def test_the_default_exact_names_are_all_covered_by_the_patterns() -> None:
+    masker = Masker(keys=(), key=KEY)
+
+    assert sorted(name for name in DEFAULT_MASKED_KEYS if not masker.sensitive_name(name)) == []
+
+
+WORDS = (
+    ("password",),
+    ("passwd",),
+    ("pwd",),
+    ("secret",),
+    ("token",),
+    ("credentials",),
+    ("cookie",),
+    ("bearer",),
+    ("authorization",),
+    ("api", "key"),
+    ("access", "key"),
+    ("private", "key"),
+    ("secret", "key"),
+    ("signing", "key"),
+    ("session", "id"),
+    ("private", "key", "pem"),
+    ("auth",),
+    ("signature",),
+)
+AFFIXES = st.lists(st.sampled_from(["db", "user", "x", "aws", "github", "new", "v2", "the"]))
+
+
+def styled(words: list[str], style: str) -> str:
+    if style == "camel":
+        return words[0] + "".join(word.capitalize() for word in words[1:])
+    if style == "pascal":
+        return "".join(word.capitalize() for word in words)
+    if style == "screaming":
+        return "_".join(words).upper()
+    separator = {"snake": "_", "kebab": "-", "dotted": ".", "spaced": " ", "train": "-"}[style]
+    if style == "train":
+        words = [word.capitalize() for word in words]
+    return separator.join(words)
+
+
+STYLES = st.sampled_from(["snake", "kebab", "dotted", "spaced", "camel", "pascal", "screaming"])
+
+
+@st.composite
+def sensitive_names(draw: st.DrawFn) -> str:
+    words = [*draw(AFFIXES), *draw(st.sampled_from(WORDS)), *draw(AFFIXES)]
+    return styled(words, draw(STYLES))
+
+
+def bury(value: Any, path: list[tuple[str, str]]) -> Any:
+    """``value`` at the end of a path of objects and arrays (innocent member names)."""
+    for kind, name in reversed(path):
+        value = [1, value] if kind == "array" else {name: value, "other": "kept"}
+    return value
+
+
+PATHS = st.lists(
+    st.tuples(st.sampled_from(["object", "array"]), st.sampled_from(["a", "items", "data"])),
+    max_size=6,
+)
+LEAVES = st.one_of(
+    st.text(min_size=4),
+    st.integers(),
+    st.lists(st.text(min_size=4), max_size=3),
+    st.dictionaries(st.sampled_from(["v", "w"]), st.text(min_size=4), max_size=2),
+)
+
+
+@given(name=sensitive_names(), path=PATHS, leaf=LEAVES)
+def test_any_name_holding_a_sensitive_word_is_masked_at_any_depth(
+    name: str, path: list[tuple[str, str]], leaf: Any
+) -> None:
+    masker = Masker(key=KEY)
+    found: list[str] = []
+
+    actual = masker.mask(bury({name: leaf}, path), found)
+
+    assert actual == bury({name: masker.digest(leaf)}, path)
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(), children),
+    max_leaves=30,
+)
+
+
+@given(JSON)
+def test_masking_never_raises_and_no_masked_string_survives_the_scrub(document: Any) -> None:
+    masker = Masker(key=KEY)
+    found: list[str] = []
+
+    record = Masker.scrub(masker.mask(document, found), found)
+
+    # Values that "[masked]" or a digest could contain by themselves are left out.
+    distinct = [s for s in found if len(s) >= 4 and not set(s) <= DIGEST_CHARS]
+    assert [s for s in distinct if any(s in text for text in strings(record))] == []
+
+
+DIGEST_CHARS = set("[masked]:0123456789abcdef")
+
+
+def strings(node: Any) -> list[str]:
+    if isinstance(node, str):
+        return [node]
+    if isinstance(node, dict):
+        return [text for key, value in node.items() for text in [*strings(key), *strings(value)]]
+    if isinstance(node, list):
+        return [text for item in node for text in strings(item)]
+    return []
+
+
+# -- values -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", SECRET_VALUES)
+def test_a_string_shaped_like_a_credential_is_masked_whatever_its_name(value: str) -> None:
+    actual = Masker(key=KEY).mask({"note": value, "list": ["x", value]})
+
+    assert actual == {"note": masked(value), "list": ["x", masked(value)]}
+
+
+@pytest.mark.parametrize("value", PLAIN_VALUES)
+def test_a_plain_string_is_kept(value: str) -> None:
+    assert Masker(key=KEY).mask({"note": value}) == {"note": value}
+
+
+@given(st.sampled_from(SECRET_VALUES), st.text(max_size=20), st.sampled_from(["", " ", "\n", "; "]))
+def test_a_credential_inside_free_text_masks_the_whole_text(
+    secret: str, noise: str, glue: str
+) -> None:
+    text = noise + glue + secret + glue + noise
+
+    assert Masker(key=KEY).mask({"command": text}) == {"command": masked(text)}
+
+
+def test_a_value_masked_for_its_shape_is_scrubbed_from_the_other_strings() -> None:
+    found: list[str] = []
+    token = "Bearer abcdefghij"  # noqa: S105 - a test value
+    masker = Masker(key=KEY)
+
+    record = masker.mask({"header": token, "note": "kept"}, found)
+
+    assert found == [token]
+    assert Masker.scrub({"message": f"saw {token}"}, found) == {"message": "saw [masked]"}
+    assert record == {"header": masked(token), "note": "kept"}
+
+
+# Inputs that would make a backtracking pattern quadratic: a start of each pattern repeated.
+ADVERSARIAL = [
+    "eyJ" * 40_000,
+    "eyJaaaaaaaaa." * 10_000,
+    "://a:" * 30_000,
+    "://" + "a" * 100_000,
+    "Bearer " * 20_000,
+    "-----BEGIN " * 10_000,
+    "sk-" * 40_000,
+    "password" * 15_000,
+    "A" * 100_000,
+]
+
+
+@pytest.mark.parametrize("value", ADVERSARIAL, ids=lambda v: v[:12])
+def test_the_value_patterns_stay_linear_on_adversarial_strings(value: str) -> None:
+    # No clock: a quadratic pattern turns this test from milliseconds into hours.
+    masker = Masker(key=KEY)
+
+    masker.mask({"note": value, value: value})
+
+
+def test_a_name_of_a_hundred_thousand_capitals_is_normalised_in_one_pass() -> None:
+    assert normalize_name("A" * 100_000) == "a" * 100_000
+
+
+@pytest.mark.parametrize("length", [MAX_NAME_LENGTH + 1, 1_000_000])
+def test_a_name_too_long_to_match_is_masked(length: int) -> None:
+    name = ("query" * length)[:length]
+
+    assert Masker(key=KEY).mask({name: "v-1234", "query": "kept"}) == {
+        name: masked("v-1234"),
+        "query": "kept",
+    }
+
+
+def test_a_name_of_the_longest_matched_length_is_matched() -> None:
+    name = ("query" * MAX_NAME_LENGTH)[:MAX_NAME_LENGTH]
+
+    assert Masker(key=KEY).mask({name: "kept"}) == {name: "kept"}
+
+
+# -- configuration -------------------------------------------------------------------------------
+
+
+def test_extra_name_patterns_add_to_the_defaults_when_appended() -> None:
+    masker = Masker(patterns=(*DEFAULT_NAME_PATTERNS, "(^|_)iban(_|$)"), key=KEY)
+
+    actual = masker.mask({"customer_IBAN": "DE89-3704", "password": "pw-1"})
+
+    assert actual == {"customer_IBAN": masked("DE89-3704"), "password": masked("pw-1")}
+
+
+def test_extra_value_patterns_add_to_the_defaults_when_appended() -> None:
+    masker = Masker(values=(*DEFAULT_VALUE_PATTERNS, "ACME-[0-9]{4}"), key=KEY)
+
+    actual = masker.mask({"note": "ref ACME-1234", "other": "Bearer abcdefghij"})
+
+    assert actual == {"note": masked("ref ACME-1234"), "other": masked("Bearer abcdefghij")}
+
+
+@pytest.mark.parametrize("argument", ["patterns", "values"])
+def test_a_pattern_that_does_not_compile_is_refused(argument: str) -> None:
+    with pytest.raises(ValueError, match="pattern"):
+        Masker(**{argument: ["(unclosed"]})  # type: ignore[arg-type]
+
+
+def test_a_flag_group_in_one_pattern_does_not_reach_the_others() -> None:
+    masker = Masker(patterns=(), values=("(?i)acme-[0-9]", "Zed"), key=KEY)
+
+    assert (masker.sensitive_value("ACME-1"), masker.sensitive_value("zed")) == (True, False)
