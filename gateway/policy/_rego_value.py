@@ -215,7 +215,7 @@ def parse(text: str) -> RegoValue:
 # -- ordering (OPA's ast.Compare) -----------------------------------------------------------
 
 
-def _rank(value: RegoValue) -> int:
+def _rank(value: RegoValue) -> int:  # noqa: PLR0911 - one return per Rego kind
     if value is None:
         return 0
     if isinstance(value, bool):
@@ -241,7 +241,7 @@ def _sequence_compare(left: list[Any] | tuple[Any, ...], right: list[Any] | tupl
     return (len(left) > len(right)) - (len(left) < len(right))
 
 
-def compare(left: RegoValue, right: RegoValue) -> int:
+def compare(left: RegoValue, right: RegoValue) -> int:  # noqa: PLR0911 - one return per Rego kind
     """-1, 0 or 1 as OPA orders the two values (null < booleans < numbers < strings < ...)."""
     rank_left, rank_right = _rank(left), _rank(right)
     if rank_left != rank_right:
@@ -249,10 +249,10 @@ def compare(left: RegoValue, right: RegoValue) -> int:
     if left is None:
         return 0
     if isinstance(left, bool | str):
-        return (left > right) - (left < right)
+        return int(left > right) - int(left < right)
     if isinstance(left, Number):
         a, b = left.exact(), right.exact()
-        return (a > b) - (a < b)
+        return int(a > b) - int(a < b)
     if isinstance(left, list):
         return _sequence_compare(left, right)
     if isinstance(left, RegoSet):
@@ -324,7 +324,7 @@ def go_quote(text: str) -> str:
     return "".join(out)
 
 
-def go_string(value: RegoValue) -> str:
+def go_string(value: RegoValue) -> str:  # noqa: PLR0911 - one return per Rego kind
     """What Go's ``ast.Value.String()`` prints for the value (keys and sets sorted)."""
     if value is None:
         return "null"

@@ -65,7 +65,7 @@ def format_float(value: float) -> str:
     digits = "".join(str(d) for d in digits_tuple.digits)
     exponent = int(digits_tuple.exponent) + len(digits) - 1
     # Shortest 'g' switches to the exponent form outside [1e-4, 1e6), whatever the digits.
-    if exponent < -4 or exponent >= 6:  # noqa: PLR2004 - Go's thresholds
+    if exponent < -4 or exponent >= 6:
         return sign + _e_form(digits, exponent)
     if exponent < 0:
         return sign + "0." + "0" * (-exponent - 1) + digits
@@ -82,8 +82,7 @@ def _e_form(digits: str, exponent: int) -> str:
 def _plain(arg: GoArg) -> str:
     # %v of the operand.
     if arg.type_name == "float64":
-        assert isinstance(arg.value, float)
-        return format_float(arg.value)
+        return format_float(float(arg.value))
     return str(arg.value)
 
 
@@ -101,21 +100,20 @@ def _bad_verb(verb: str, arg: GoArg) -> str:
     return f"%!{verb}({arg.type_name}={_plain(arg)})"
 
 
-def _print(verb: str, arg: GoArg) -> str:
+def _print(verb: str, arg: GoArg) -> str:  # noqa: PLR0911 - one return per Go type and verb
     kind = arg.type_name
     if kind == "string":
-        assert isinstance(arg.value, str)
+        text = str(arg.value)
         if verb in "sv":
-            return arg.value
+            return text
         if verb == "q":
-            return go_quote(arg.value)
+            return go_quote(text)
         return _bad_verb(verb, arg)
     if kind == "int64":
-        assert isinstance(arg.value, int)
         if verb in "dv":
             return str(arg.value)
         if verb == "q":
-            return _quote_rune(arg.value)
+            return _quote_rune(int(arg.value))
         return _bad_verb(verb, arg)
     if kind == "float64":
         return format_float(float(arg.value)) if verb == "v" else _bad_verb(verb, arg)

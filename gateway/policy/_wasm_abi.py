@@ -212,8 +212,10 @@ class PolicyInstance:
         for item in policy.module.imports:
             if item.name == "memory":
                 imports.append(self._memory)
-            else:
+            elif isinstance(item.type, wasmtime.FuncType) and item.name is not None:
                 imports.append(self._host_function(context, item.name, item.type))
+            else:
+                raise AbiError("policy module imports something other than functions and memory")
         try:
             instance = wasmtime.Instance(self._store, policy.module, imports)
         except (wasmtime.WasmtimeError, wasmtime.Trap) as exc:
@@ -333,7 +335,7 @@ class PolicyInstance:
             if instance is None:
                 return _new_trap("policy instance is gone")
             try:
-                result = instance._call_builtin(caller, values, count)
+                result = instance.call_builtin(caller, values, count)
             except _Undefined:
                 result = 0
             except Exception as exc:  # noqa: BLE001 - becomes a trap: the evaluation fails
@@ -360,7 +362,8 @@ class PolicyInstance:
         )
         return wasmtime.Func._from_raw(func)  # noqa: SLF001
 
-    def _call_builtin(self, caller: int, values: int, count: int) -> int:
+    def call_builtin(self, caller: int, values: int, count: int) -> int:
+        """Run the host builtin a module called: its operands dumped, its result loaded."""
         context = _caller_context(caller)
         name = self.builtins.get(_i32_at(values).value)
         if name is None:

@@ -48,7 +48,9 @@ text := input.text
 """
 
 
-def _bundle(opa_binary: str, root: Path, name: str, text: str, entrypoints: tuple[str, ...]) -> Bundle:
+def _bundle(
+    opa_binary: str, root: Path, name: str, text: str, entrypoints: tuple[str, ...]
+) -> Bundle:
     directory = root / name
     directory.mkdir(exist_ok=True)
     (directory / f"{name}.rego").write_text(text)
@@ -64,7 +66,9 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def slow(opa_binary: str, scratch: Path) -> Bundle:
     """A policy whose work grows with ``input.n``."""
-    return _bundle(opa_binary, scratch, "slow", SLOW, ("slow/spin", "slow/hog", "slow/echo", "slow/guarded"))
+    return _bundle(
+        opa_binary, scratch, "slow", SLOW, ("slow/spin", "slow/hog", "slow/echo", "slow/guarded")
+    )
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +148,7 @@ def test_numbers_reach_the_policy_and_come_back_exactly(values: Bundle, number: 
 
 
 def _exact(number: bytes) -> object:
-    from decimal import Decimal  # noqa: PLC0415 - only this helper needs it
+    from decimal import Decimal
 
     return Decimal(number.decode())
 
