@@ -7,8 +7,9 @@
 #   Default deny: a call is allowed only when the caller context is valid, a
 #   role grants the configured tool, and no module denies it. The public
 #   message comes from the first failing stage only (caller, then access, then
-#   arguments), so an unauthorised caller learns nothing about argument rules;
-#   the reasons list every denial of every module.
+#   arguments), so an unauthorised caller learns nothing about argument rules.
+#   The argument modules are evaluated only once the caller and access stages
+#   pass; the reasons list every denial of the stages evaluated.
 package gateway.authz
 
 import data.gateway.authz.lib.tool
@@ -30,13 +31,21 @@ access_denials := set() if {
 	data.gateway.authz.rbac.permitted
 } else := data.gateway.authz.rbac.deny
 
-# Stage 3: are the arguments acceptable for this caller. A module's deny set is
-# evaluated only when the module applies to the called tool (it is empty otherwise),
+# Stage 3: are the arguments acceptable for this caller; asked only when stages 1
+# and 2 pass, so a denied caller's arguments (however large) are never evaluated.
+# A module's deny set is evaluated only when the module applies to the called tool
+# (it is empty otherwise),
 # so a call pays only for the modules that concern it. The first branch is a fast
 # path for the commonest tools: no stage-3 module applies to a generic tool without
 # tenant, resource or limit settings (see tenancy.applies and limits.applies; the
 # kind modules apply to other kinds only).
 argument_denials := set() if {
+	not data.gateway.authz.caller.valid
+} else := set() if {
+	not data.gateway.authz.rbac.permitted
+} else := argument_module_denials
+
+argument_module_denials := set() if {
 	tool.kind == "generic"
 	object.get(tool, "tenant_args", null) == null
 	object.get(tool, "resource_args", null) == null

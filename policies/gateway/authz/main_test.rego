@@ -62,13 +62,13 @@ test_caller_stage_hides_later_stages if {
 	d := fx.decide("write_file", {"path": "/etc/passwd"}, {"roles": ["reader"], "tenant": "acme"})
 	d.message == "caller identity is required"
 	fx.has_reason(d, "rbac: no role")
-	fx.has_reason(d, "paths: path argument")
+	not fx.has_reason(d, "paths:") # the argument stage is not evaluated
 }
 
 test_access_stage_hides_argument_stage if {
 	d := fx.as_role("reader", "write_file", {"path": "/etc/passwd"})
 	d.message == "the caller's roles do not permit this tool"
-	fx.has_reason(d, "paths: path argument \"path\" is not inside any allowed root")
+	not fx.has_reason(d, "paths:") # the argument stage is not evaluated
 }
 
 test_argument_messages_joined_sorted if {
@@ -156,12 +156,47 @@ dispatch_inputs := [fx.request(tool, args, ctx) |
 	some ctx in [fx.context(["reader", "clerk", "operator", "writer"], "acme"), {"subject": "alice", "roles": ["reader"]}]
 ]
 
+# The argument modules are evaluated only once the caller and access stages pass.
+expected_argument_denials := all_argument_denials if {
+	caller.valid
+	rbac.permitted
+} else := set()
+
 stages_agree if {
 	every inp in dispatch_inputs {
 		got := [authz.caller_denials, authz.access_denials, authz.argument_denials] with input as inp
-		want := [caller.deny, rbac.deny, all_argument_denials] with input as inp
+		want := [caller.deny, rbac.deny, expected_argument_denials] with input as inp
 		got == want
 	}
+}
+
+test_arguments_are_not_evaluated_for_an_invalid_caller if {
+	inp := fx.request("run_command", {"command": "rm", "args": ["-rf", "/"]}, {"roles": ["operator"]})
+	authz.argument_denials == set() with input as inp
+	d := authz.decision with input as inp
+	d.allow == false
+	every r in d.reasons {
+		not startswith(r, "exec")
+	}
+	count(exec.deny) > 0 with input as inp
+}
+
+test_arguments_are_not_evaluated_for_a_caller_without_access if {
+	inp := fx.request("run_command", {"command": "rm", "args": ["-rf", "/"]}, fx.context(["reader"], "acme"))
+	authz.argument_denials == set() with input as inp
+	d := authz.decision with input as inp
+	d.allow == false
+	count(d.reasons) > 0
+	every r in d.reasons {
+		not startswith(r, "exec")
+	}
+	count(exec.deny) > 0 with input as inp
+}
+
+test_arguments_are_evaluated_once_caller_and_access_pass if {
+	inp := fx.request("run_command", {"command": "rm", "args": ["-rf", "/"]}, fx.context(["operator"], "acme"))
+	authz.argument_denials == exec.deny with input as inp
+	count(authz.argument_denials) > 0 with input as inp
 }
 
 test_stage_dispatch_matches_all_modules if {
