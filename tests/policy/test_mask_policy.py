@@ -192,13 +192,25 @@ async def decide_and_read_the_log(
         await asyncio.sleep(0.02)
 
 
+#: What docker-compose.yml gives OPA (its /policies is this repository's policies/).
+COMPOSE_PATHS: Final = [POLICIES / "gateway", POLICIES / "data.json", MASK_POLICY]
+
+
+def test_docker_compose_gives_opa_the_mask_policy_and_console_decision_logs() -> None:
+    text = (POLICIES.parent / "docker-compose.yml").read_text(encoding="utf-8")
+    opa = text.split("\n  gateway:")[0]
+    items = [line.split("#")[0].strip()[2:] for line in opa.splitlines()]
+    loaded = [item for item in items if item.startswith("/policies/")]
+
+    assert loaded == ["/policies/" + str(path.relative_to(POLICIES)) for path in COMPOSE_PATHS]
+    assert "--set=decision_logs.console=true" in items
+
+
 @pytest.fixture
 def logging_opa(opa_binary: str) -> Iterator[OpaServer]:
     """OPA as docker-compose runs it: the shipped policies, the mask policy, console logs."""
     with OpaServer(
-        binary=opa_binary,
-        policy_paths=[POLICIES / "gateway", POLICIES / "data.json", MASK_POLICY],
-        extra_args=[DECISION_LOGS],
+        binary=opa_binary, policy_paths=COMPOSE_PATHS, extra_args=[DECISION_LOGS]
     ) as server:
         yield server
 
