@@ -3,6 +3,15 @@
 It plugs into the core only through the :class:`gateway.Authorizer` protocol.
 """
 
+from gateway.policy._bundle import (
+    Bundle,
+    BundleError,
+    BundlePoller,
+    PollResult,
+    VerificationKey,
+    build_bundle,
+    read_bundle,
+)
 from gateway.policy._cache import (
     DEFAULT_MAX_TTL,
     CacheStats,
@@ -40,6 +49,7 @@ from gateway.policy._facts import FACTS_VERSION, SQL_MEDIA_TYPE, facts_json, sql
 from gateway.policy._gate import GateProblem, check_policy_coverage
 from gateway.policy._rest import OpaRestEngine, OpaRestEngineSync
 from gateway.policy._sql_facts import MAX_SQL_LENGTH, sql_facts
+from gateway.policy._wasm import WasmEngine
 
 __all__ = [
     "DEFAULT_DECISION_PATH",
@@ -48,6 +58,9 @@ __all__ = [
     "FACTS_VERSION",
     "MAX_SQL_LENGTH",
     "SQL_MEDIA_TYPE",
+    "Bundle",
+    "BundleError",
+    "BundlePoller",
     "CacheStats",
     "CachingAuthorizer",
     "CallerContext",
@@ -70,12 +83,17 @@ __all__ = [
     "PolicyError",
     "PolicyLoadError",
     "PolicySources",
+    "PollResult",
     "UndefinedDecisionError",
+    "VerificationKey",
+    "WasmEngine",
+    "build_bundle",
     "caller_context",
     "check_policy_coverage",
     "current_caller",
     "facts_json",
     "normalize_path",
+    "read_bundle",
     "read_decision",
     "sql_facts",
     "sql_locations",
