@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import tempfile
 import threading
 import uuid
 import weakref
@@ -26,8 +28,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from gateway.policy import _rego_value
-from gateway.policy._bundle import Bundle, BundleError, VerificationKey, read_bundle
-from gateway.policy._engine import EngineAnswer
+from gateway.policy._bundle import Bundle, BundleError, VerificationKey, build_bundle, read_bundle
+from gateway.policy._engine import DEFAULT_DECISION_PATH, EngineAnswer, normalize_path
 from gateway.policy._errors import EngineError, EngineTimeoutError, EngineUnavailableError
 from gateway.policy._wasm_abi import (
     AbiError,
@@ -93,6 +95,7 @@ class WasmEngine:
         self._lock = threading.Lock()
         self._local = threading.local()
         self._closed = False
+        self._source: tuple[Path, Path, str] | None = None
         self._loaded = self._compile(bundle)
 
     @classmethod
@@ -107,6 +110,57 @@ class WasmEngine:
         if "identity" not in options and not isinstance(source, bytes):
             options["identity"] = f"wasm:{Path(source)}"
         return cls(read_bundle(source, verification=verification), **options)
+
+    @classmethod
+    def from_directory(
+        cls,
+        directory: str | os.PathLike[str],
+        *,
+        warm_up_path: str = DEFAULT_DECISION_PATH,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        opa_binary: str | os.PathLike[str] | None = None,
+        **options: Any,
+    ) -> WasmEngine:
+        """Compile a policy directory with ``opa build -t wasm`` and serve it.
+
+        The signature matches :meth:`EmbeddedEngine.from_directory`, so either engine can
+        serve a directory. ``warm_up_path`` is the compiled entrypoint; the ``opa`` binary
+        is ``opa_binary``, else ``$OPA_BIN``, else ``opa`` on ``PATH``.
+
+        Raises:
+            BundleError: no ``opa`` binary, a failed build, or a bundle that does not load.
+        """
+        binary = opa_binary or os.environ.get("OPA_BIN") or shutil.which("opa")
+        if not binary:
+            raise BundleError("no opa binary to compile policies with (set OPA_BIN)")
+        entrypoint = normalize_path(warm_up_path)
+        with tempfile.TemporaryDirectory(prefix="gateway-wasm-") as scratch:
+            built = build_bundle(
+                binary, directory, Path(scratch, "bundle.tar.gz"), entrypoints=(entrypoint,)
+            )
+            bundle = read_bundle(built)
+        options.setdefault("identity", f"wasm:{Path(directory)}")
+        engine = cls(bundle, timeout_s=timeout, **options)
+        engine._source = (Path(directory), Path(binary), entrypoint)
+        return engine
+
+    def reload(self) -> bool:
+        """Rebuild from the directory this engine was compiled from; keep the old on failure.
+
+        Returns:
+            Whether the revision changed.
+
+        Raises:
+            BundleError: not built from a directory, or the new build does not load.
+        """
+        if self._source is None:
+            raise BundleError("engine was not built from a directory")
+        directory, binary, entrypoint = self._source
+        with tempfile.TemporaryDirectory(prefix="gateway-wasm-") as scratch:
+            built = build_bundle(
+                binary, directory, Path(scratch, "bundle.tar.gz"), entrypoints=(entrypoint,)
+            )
+            return self.activate(read_bundle(built))
 
     @property
     def identity(self) -> str:

@@ -220,3 +220,34 @@ def test_a_closed_engine_fails_closed(values: Bundle) -> None:
 def test_invalid_deadlines_are_refused(values: Bundle) -> None:
     with pytest.raises(ValueError, match="positive"):
         WasmEngine(values, timeout_s=0)
+
+
+def test_a_directory_is_compiled_with_the_opa_binary_and_reloaded_on_change(
+    opa_binary: str, tmp_path: Path
+) -> None:
+    (tmp_path / "values.rego").write_text(VALUES)
+    (tmp_path / "skipped_test.rego").write_text("package values_test\n\ntest_x if false\n")
+    engine = WasmEngine.from_directory(
+        tmp_path, warm_up_path="data.values.echo", opa_binary=opa_binary
+    )
+    assert engine.identity == f"wasm:{tmp_path}"
+    assert engine.evaluate_sync("values/echo", b'{"value": 3}').value == 3
+    before = engine.revision()
+    assert engine.reload() is False
+    (tmp_path / "values.rego").write_text(VALUES.replace("input.value", "[input.value]"))
+    assert engine.reload() is True
+    assert engine.revision() != before
+    assert engine.evaluate_sync("values/echo", b'{"value": 3}').value == [3]
+    (tmp_path / "values.rego").write_text("package values\n\necho := ")
+    with pytest.raises(BundleError):
+        engine.reload()
+    assert engine.evaluate_sync("values/echo", b'{"value": 3}').value == [3]
+
+
+def test_a_directory_without_an_opa_binary_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPA_BIN", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(BundleError, match="no opa binary"):
+        WasmEngine.from_directory(tmp_path)
