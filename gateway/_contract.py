@@ -79,6 +79,15 @@ class _ContractState:
 _TOKEN: Final = object()
 
 
+class ValueFreeRefusalError(ValueError):
+    """An input validator's refusal whose message is known never to quote a value.
+
+    Only such a refusal's message reaches the caller; any other exception from an input
+    validator is refused with a fixed message (it is kept as ``__cause__``, for the tool's
+    own diagnostics), since its text may quote the arguments.
+    """
+
+
 class Invocation:
     """A complete JSON object admitted by one exact frozen contract.
 
@@ -148,6 +157,10 @@ class Contract:
         bound, blank arguments (normalized to ``{}``), strict JSON (RFC 7493) within the
         depth bound, the JSON Schema, then the tool's own input validator.
 
+        No refusal message quotes an argument value: a schema refusal names the JSON
+        pointer and the keyword, a strict JSON refusal what is wrong and where, and an input
+        validator's own text is shown only from a :class:`ValueFreeRefusalError`.
+
         Raises:
             InvalidInvocationError: for any refusal, whatever the input; a validator's own
                 exception is kept as ``__cause__``.
@@ -195,11 +208,19 @@ class Contract:
         except Exception as exc:  # noqa: BLE001 - any validator failure (even a decimal error) refuses
             raise InvalidInvocationError(f"tool: invalid invocation: arguments: {exc}") from None
         if state.validator is not None:
-            try:
-                state.validator(raw)
-            except Exception as exc:
-                raise InvalidInvocationError(f"tool: invalid invocation: arguments: {exc}") from exc
+            _run_validator(state.validator, raw)
         return Invocation(_TOKEN, state, raw, call.id)
+
+
+def _run_validator(validator: InputValidator, raw: bytes) -> None:
+    try:
+        validator(raw)
+    except ValueFreeRefusalError as exc:
+        raise InvalidInvocationError(f"tool: invalid invocation: arguments: {exc}") from exc
+    except Exception as exc:
+        raise InvalidInvocationError(
+            "tool: invalid invocation: arguments: refused by the tool's input validator"
+        ) from exc
 
 
 class Binding:

@@ -20,8 +20,9 @@ from typing import Any, Final, overload
 import pydantic
 import pydantic_core
 
+from gateway import _formats
 from gateway._capability import InputValidator
-from gateway._contract import Invocation
+from gateway._contract import Invocation, ValueFreeRefusalError
 from gateway._definition import ToolDefinition
 from gateway._errors import InvalidToolError, InvalidToolOutputError
 from gateway._output import ToolOutput
@@ -74,7 +75,38 @@ def _derive_schema(model: type[pydantic.BaseModel], name: str) -> dict[str, Any]
     except Exception as exc:  # noqa: BLE001 - as above, for types pydantic cannot describe
         raise InvalidToolError(f"tool: invalid tool: {name!r}: input schema: {exc}") from None
     schema.pop("title", None)
+    _drop_unassertable_formats(schema)
     return {"$schema": _DIALECT, **schema}
+
+
+def _drop_unassertable_formats(schema: Any) -> None:
+    # pydantic names formats of its own ("binary", "base64", "path", ...) that no JSON
+    # Schema checker asserts; the strict decoder enforces them, so they leave the schema.
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if isinstance(node.get("format"), str) and node["format"] not in _formats.CHECKERS:
+                del node["format"]
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+
+
+def _declared_names(schema: Any) -> frozenset[str]:
+    # Member names the derived schema declares (parameters, model and TypedDict fields).
+    names: set[str] = set()
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            properties = node.get("properties")
+            if isinstance(properties, dict):
+                names.update(properties)
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return frozenset(names)
 
 
 def _non_finite(value: object) -> bool:
@@ -97,31 +129,121 @@ def _non_finite(value: object) -> bool:
     return False
 
 
-def _decode(model: type[pydantic.BaseModel], raw: bytes) -> pydantic.BaseModel:
+def _decode(
+    model: type[pydantic.BaseModel], raw: bytes, declared: frozenset[str]
+) -> pydantic.BaseModel:
     # The one strict decoder, shared by admission (the input validator) and call.
     try:
         decoded = model.model_validate_json(raw, strict=True)
     except pydantic.ValidationError as exc:
-        raise ValueError(_describe(exc)) from None
+        raise ValueFreeRefusalError(_describe(exc, declared)) from None
     if _non_finite(decoded):
-        raise ValueError("decode: numbers must be finite")
+        raise ValueFreeRefusalError("decode: numbers must be finite")
     return decoded
 
 
-def _strict_decoder(model: type[pydantic.BaseModel]) -> InputValidator:
+def _strict_decoder(model: type[pydantic.BaseModel], declared: frozenset[str]) -> InputValidator:
     # Captures only the model class, never the Func or the function, so a contract that
     # holds this validator does not keep the executable alive.
     def validate(raw: bytes) -> None:
-        _decode(model, raw)
+        _decode(model, raw, declared)
 
     return validate
 
 
-def _describe(exc: pydantic.ValidationError) -> str:
+# pydantic's messages for these error types are fixed text plus constraint values from
+# the signature (never the input); every other type is named by its code alone, since
+# its message may quote the input (union tags, custom validators, parse errors).
+_CONSTRAINTS: Final = frozenset(
+    {
+        "gt",
+        "ge",
+        "lt",
+        "le",
+        "multiple_of",
+        "min_length",
+        "max_length",
+        "pattern",
+        "expected",
+        "max_digits",
+        "decimal_places",
+        "whole_digits",
+        "field_type",
+    }
+)
+_SAFE_MESSAGES: Final = frozenset(
+    {
+        "missing",
+        "extra_forbidden",
+        "int_type",
+        "int_from_float",
+        "float_type",
+        "string_type",
+        "bool_type",
+        "none_required",
+        "list_type",
+        "tuple_type",
+        "dict_type",
+        "model_type",
+        "model_attributes_type",
+        "dataclass_type",
+        "dataclass_exact_type",
+        "literal_error",
+        "enum",
+        "too_short",
+        "too_long",
+        "string_too_short",
+        "string_too_long",
+        "greater_than",
+        "greater_than_equal",
+        "less_than",
+        "less_than_equal",
+        "multiple_of",
+        "string_pattern_mismatch",
+        "finite_number",
+        "int_parsing_size",
+        "bytes_type",
+        "set_type",
+        "frozen_set_type",
+        "date_type",
+        "datetime_type",
+        "time_type",
+        "timedelta_type",
+        "uuid_type",
+        "decimal_type",
+        "is_instance_of",
+        "union_tag_not_found",
+        "json_type",
+        "unexpected_keyword_argument",
+        "missing_keyword_only_argument",
+        "typed_dict_type",
+    }
+)
+
+
+def _location(loc: tuple[int | str, ...], declared: frozenset[str]) -> str:
     parts = []
-    for error in exc.errors(include_url=False, include_input=False):
-        location = "/" + "/".join(str(part) for part in error["loc"])
-        parts.append(f"at {location}: {error['msg']}")
+    for part in loc:
+        if isinstance(part, int):
+            parts.append(str(part))
+        elif part in declared:
+            parts.append(part.replace("~", "~0").replace("/", "~1"))
+        else:
+            # A member name the signature does not declare is caller data: never quoted.
+            parts.append("*")
+    return "/" + "/".join(parts) if parts else "(root)"
+
+
+def _describe(exc: pydantic.ValidationError, declared: frozenset[str]) -> str:
+    parts = []
+    for error in exc.errors(include_url=False, include_input=False, include_context=True):
+        kind = error["type"]
+        context = error.get("ctx") or {}
+        if kind in _SAFE_MESSAGES and set(context) <= _CONSTRAINTS:
+            message = error["msg"]
+        else:
+            message = "does not decode"
+        parts.append(f"{_location(error['loc'], declared)}: {message} ({kind})")
     return "decode: " + "; ".join(parts)
 
 
@@ -157,7 +279,7 @@ class Func:
             schema, or the name or description is invalid.
     """
 
-    __slots__ = ("_definition", "_fn", "_is_async", "_model", "_validator")
+    __slots__ = ("_declared", "_definition", "_fn", "_is_async", "_model", "_validator")
 
     def __init__(
         self,
@@ -183,7 +305,8 @@ class Func:
         )
         self._model = model
         self._definition = definition
-        self._validator = _strict_decoder(model)
+        self._declared = _declared_names(schema)
+        self._validator = _strict_decoder(model, self._declared)
 
     def definition(self) -> ToolDefinition:
         """The derived definition (immutable)."""
@@ -205,7 +328,7 @@ class Func:
         if not isinstance(invocation, Invocation):
             raise InvalidToolError("tool: invalid tool: expected an Invocation")
         try:
-            decoded = _decode(self._model, invocation.arguments)
+            decoded = _decode(self._model, invocation.arguments, self._declared)
         except ValueError as exc:
             raise ValueError(f"tool: decode function arguments: {exc}") from None
         kwargs = {field: getattr(decoded, field) for field in type(decoded).model_fields}

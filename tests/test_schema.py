@@ -71,12 +71,12 @@ REFUSED = [
     ),
     pytest.param(
         b'{"type":"object","minLength":-1}',
-        "schema violates its metaschema: -1 is less than the minimum of 0",
+        "schema violates its metaschema: /minLength: must be at least 0 (minimum)",
         id="negative_min_length",
     ),
     pytest.param(
         b'{"type":"object","properties":{"q":{"type":"string","pattern":"["}}}',
-        "schema violates its metaschema: '[' is not a 'regex'",
+        'schema violates its metaschema: /properties/q/pattern: must be a valid "regex" (format)',
         id="invalid_pattern",
     ),
     pytest.param(
@@ -142,9 +142,11 @@ def test_internal_refs_and_standard_metaschemas_resolve() -> None:
     )
 
     schema.validate({"w": "abc", "s": {"type": "string"}})
-    with pytest.raises(ValueError, match="at /w: 'ABC' does not match"):
+    with pytest.raises(ValueError, match=re.escape("/w: must match the pattern")):
         schema.validate({"w": "ABC"})
-    with pytest.raises(ValueError, match="at /s"):
+    with pytest.raises(
+        ValueError, match=re.escape("/s/type: must match at least one schema in anyOf (anyOf)")
+    ):
         schema.validate({"s": {"type": "nope"}})
 
 
@@ -154,7 +156,7 @@ def test_default_dialect_is_draft_2020_12() -> None:
         {"type": "object", "properties": {"t": {"prefixItems": [{"type": "string"}]}}}
     )
 
-    with pytest.raises(ValueError, match="at /t/0: 1 is not of type 'string'"):
+    with pytest.raises(ValueError, match=re.escape("/t/0: must be a string (type)")):
         schema.validate({"t": [1]})
 
 
@@ -167,7 +169,7 @@ def test_dollar_schema_selects_an_earlier_draft() -> None:
     schema = _compiled(draft4)
 
     schema.validate({"n": 4})
-    with pytest.raises(ValueError, match="at /n"):
+    with pytest.raises(ValueError, match="/n: must be at most 5"):
         schema.validate({"n": 5})
     with pytest.raises(SchemaError, match="schema violates its metaschema"):
         _compiled({k: v for k, v in draft4.items() if k != "$schema"})
@@ -179,7 +181,7 @@ def test_format_assertion_is_on() -> None:
     )
 
     schema.validate({"when": "2024-01-02T03:04:05Z"})
-    with pytest.raises(ValueError, match="at /when: 'yesterday' is not a 'date-time'"):
+    with pytest.raises(ValueError, match=re.escape('/when: must be a valid "date-time" (format)')):
         schema.validate({"when": "yesterday"})
 
 
@@ -197,7 +199,9 @@ def test_validation_compares_big_numbers_exactly(instance: object, accepted: boo
     if accepted:
         schema.validate({"n": instance})
     else:
-        with pytest.raises(ValueError, match="at /n: 9007199254740993 was expected"):
+        with pytest.raises(
+            ValueError, match=re.escape("/n: must equal the value the schema gives (const)")
+        ):
             schema.validate({"n": instance})
 
 
@@ -220,7 +224,7 @@ def test_integer_type_accepts_integral_exact_numbers_but_not_booleans(
     if accepted:
         schema.validate({"n": instance})
     else:
-        with pytest.raises(ValueError, match="is not of type 'integer'"):
+        with pytest.raises(ValueError, match=re.escape("must be an integer (type)")):
             schema.validate({"n": instance})
 
 
@@ -228,33 +232,30 @@ def test_decimal_multiple_of_is_exact() -> None:
     schema = compile_schema(b'{"type":"object","properties":{"n":{"multipleOf":0.1}}}')
 
     schema.validate({"n": Decimal("0.3")})
-    with pytest.raises(ValueError, match="at /n"):
+    with pytest.raises(ValueError, match=re.escape("/n: must be a multiple of 0.1 (multipleOf)")):
         schema.validate({"n": Decimal("0.35")})
 
 
-def test_pattern_uses_the_python_regex_dialect() -> None:
-    # \Z is a Python-only anchor; RE2 and ECMA-262 would not accept it.
-    schema = _compiled(
-        {"type": "object", "properties": {"w": {"type": "string", "pattern": r"^[a-z]+\Z"}}}
-    )
-
-    schema.validate({"w": "abc"})
-    with pytest.raises(ValueError, match="does not match"):
-        schema.validate({"w": "abc\n"})
+def test_pattern_is_ecma_262_so_a_python_only_anchor_is_refused_at_compile() -> None:
+    # \Z is a Python-only anchor; ECMA-262 has no such escape under the u flag.
+    with pytest.raises(SchemaError, match=re.escape('must be a valid "regex" (format)')):
+        _compiled(
+            {"type": "object", "properties": {"w": {"type": "string", "pattern": r"^[a-z]+\Z"}}}
+        )
 
 
 @pytest.mark.parametrize(
     ("instance", "message"),
     [
-        pytest.param(None, "at /: None is not of type 'object'", id="null"),
-        pytest.param([], "at /: [] is not of type 'object'", id="array"),
-        pytest.param("text", "at /: 'text' is not of type 'object'", id="string"),
+        pytest.param(None, "(root): must be an object (type)", id="null"),
+        pytest.param([], "(root): must be an object (type)", id="array"),
+        pytest.param("text", "(root): must be an object (type)", id="string"),
     ],
 )
 def test_validate_names_the_failing_location(instance: object, message: str) -> None:
     schema = _compiled({"type": "object"})
 
-    with pytest.raises(ValueError, match=re.escape(f"validate value: {message}")):
+    with pytest.raises(ValueError, match=re.escape(message)):
         schema.validate(instance)
 
 
