@@ -122,6 +122,9 @@ MAX_NAME_LENGTH: Final = 256
 
 _NORMALIZE: Final = re.compile(r"[^a-z0-9]")
 _MIN_SCRUB: Final = 4
+# How a string masked for its shape is cut into pieces, and the shortest piece scrubbed.
+_PIECES: Final = re.compile(r"""[ \t\r\n"'=:,;]+""")
+_MIN_PIECE: Final = 8
 
 
 def _normalize(key: str) -> str:
@@ -264,6 +267,10 @@ class Masker:
             item = stack.pop()
             if isinstance(item, str):
                 found.append(item)
+                if self.sensitive_value(item):
+                    # The credential inside the text may be echoed without its surroundings
+                    # (the token of "Bearer <token>"): its credential-sized pieces go too.
+                    found.extend(p for p in _PIECES.split(item) if len(p) >= _MIN_PIECE)
             elif isinstance(item, dict):
                 stack.extend(item.values())
             elif isinstance(item, list):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import re
 from typing import Any
 
@@ -12,14 +13,19 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gateway import Decision, Failure, ToolCall, bind
 from gateway.audit import (
     DEFAULT_MASKED_KEYS,
     DEFAULT_NAME_PATTERNS,
     DEFAULT_VALUE_PATTERNS,
+    AuditTrail,
     Masker,
+    MemorySink,
     normalize_name,
 )
 from gateway.audit._mask import MAX_NAME_LENGTH
+from gateway.policy import caller_context
+from gateway.testing import RecordingTool, StaticAuthorizer
 from tests.audit.mask_cases import INNOCENT_NAMES, PLAIN_VALUES, SECRET_VALUES, SENSITIVE_NAMES
 
 KEY = b"mask key"
@@ -222,7 +228,10 @@ def test_a_plain_string_is_kept(value: str) -> None:
     assert Masker(key=KEY).mask({"note": value}) == {"note": value}
 
 
-@given(st.sampled_from(SECRET_VALUES), st.text(max_size=20), st.sampled_from(["", " ", "\n", "; "]))
+GLUE = st.sampled_from([" ", "\n", "; ", "\t"])
+
+
+@given(st.sampled_from(SECRET_VALUES), st.text(max_size=20), GLUE)
 def test_a_credential_inside_free_text_masks_the_whole_text(
     secret: str, noise: str, glue: str
 ) -> None:
@@ -238,8 +247,9 @@ def test_a_value_masked_for_its_shape_is_scrubbed_from_the_other_strings() -> No
 
     record = masker.mask({"header": token, "note": "kept"}, found)
 
-    assert found == [token]
+    assert found == [token, "abcdefghij"]
     assert Masker.scrub({"message": f"saw {token}"}, found) == {"message": "saw [masked]"}
+    assert Masker.scrub({"message": "saw abcdefghij"}, found) == {"message": "saw [masked]"}
     assert record == {"header": masked(token), "note": "kept"}
 
 
@@ -314,3 +324,35 @@ def test_a_flag_group_in_one_pattern_does_not_reach_the_others() -> None:
     masker = Masker(patterns=(), values=("(?i)acme-[0-9]", "Zed"), key=KEY)
 
     assert (masker.sensitive_value("ACME-1"), masker.sensitive_value("zed")) == (True, False)
+
+
+# -- the trail ----------------------------------------------------------------------------------
+
+TRAIL_SECRETS = {
+    "db_password": "pw-Aq19-clear",
+    "X-API-Key": "key-Ce37-clear",
+    "github_token": "gh-Dr46-clear",
+    "session_token": "sess-Fy64-clear",
+    "private_key_pem": "pem-Hi82-clear",
+}
+TRAIL_CONTEXT = {"subject": "alice", "sessionId": "ctx-Ou65-clear", "apiKey": "ctx-Pv74-clear"}
+
+
+async def test_no_secret_reaches_a_decision_or_outcome_record_of_the_trail() -> None:
+    secrets = [*TRAIL_SECRETS.values(), "ctx-Ou65-clear", "ctx-Pv74-clear", "hdr-Lr38-clear"]
+    echo = " ".join(secrets)
+    sink = MemorySink()
+    trail = AuditTrail(sink, masker=Masker(key=KEY))
+    tool = RecordingTool("search", {"type": "object"})
+    binding = bind(trail.guard(tool, StaticAuthorizer(Decision(False, message=echo))))
+    arguments = json.dumps({**TRAIL_SECRETS, "cmd": "Bearer hdr-Lr38-clear", "query": "q-1"})
+
+    with caller_context(TRAIL_CONTEXT), pytest.raises(Failure):
+        await binding.call(binding.prepare(ToolCall("call-1", "search", arguments)))
+
+    text = json.dumps(sink.records)
+    assert [secret for secret in secrets if secret in text] == []
+    decision = sink.records[0]
+    assert decision["arguments"]["query"] == "q-1"
+    assert decision["context"]["subject"] == "alice"
+    assert {record["type"] for record in sink.records} == {"decision", "outcome"}

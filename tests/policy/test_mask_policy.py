@@ -153,6 +153,7 @@ ARGUMENTS: Final = {
     "headers": [{"accept": "text/plain"}, "Authorization: Bearer hdr-Lr38-clear"],
     "dsn_url": "postgres://app:url-Ms47-clear@db/app",
     "note": "it is pw-Aq19-clear",
+    "later": "the header held hdr-Lr38-clear",
     "query": "visible-query",
 }
 CONTEXT: Final = {
@@ -242,7 +243,7 @@ async def test_with_the_mask_policy_opa_logs_no_secret(logging_opa: OpaServer) -
     assert {name: arguments[name] for name in SECRETS} == dict.fromkeys(SECRETS, "masked")
     assert arguments["credentials"] == "masked"
     assert arguments["headers"] == [{"accept": "text/plain"}, "masked"]
-    assert (arguments["dsn_url"], arguments["note"]) == ("masked", "masked")
+    assert (arguments["dsn_url"], arguments["note"], arguments["later"]) == ("masked",) * 3
     assert arguments["query"] == "visible-query"
     assert event["input"]["context"] == {**CONTEXT, "session": "masked", "token": "masked"}
     assert "/input/arguments/db_password" in event["masked"]

@@ -140,6 +140,17 @@ _secrets contains text if {
 	count(text) >= 4
 }
 
+# A masked string shaped like a credential is also cut into pieces: the credential inside it may be
+# echoed without its surroundings (the token of "Bearer <token>").
+_secrets contains piece if {
+	some value in _found
+	walk(value, [_, text])
+	is_string(text)
+	sensitive_value(text)
+	some piece in regex.split(`[ \t\r\n"'=:,;]+`, text)
+	count(piece) >= 8
+}
+
 # Every other string that contains one of them, in the input or in the result.
 _echoes contains path if {
 	some root in ["input", "result"]

@@ -121,3 +121,8 @@ test_a_name_too_long_to_match_is_masked if {
 	log.sensitive_name(long)
 	not log.sensitive_name(substring(long, 0, log.max_name_length))
 }
+
+test_the_credential_inside_a_secret_shaped_string_is_scrubbed_alone if {
+	masks := log.mask with input as _event({"h": "Bearer tok-abcdefgh", "n": "was tok-abcdefgh", "m": "Bearer"}, {})
+	masks == {_upsert("/input/arguments/h"), _upsert("/input/arguments/n")}
+}
