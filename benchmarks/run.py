@@ -358,6 +358,7 @@ class Bench:
                         "enabled": True,
                         "path": str(Path(folder) / "audit.jsonl"),
                         "fsync": "batch",
+                        "unkeyed": True,
                     },
                     "auth": {
                         "api_keys": [

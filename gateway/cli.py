@@ -23,7 +23,7 @@ from gateway._call import ToolCall
 from gateway._definition import ToolDefinition
 from gateway._errors import GatewayError, InvalidInvocationError
 from gateway._registry import Registry
-from gateway.audit import head_path, trail_files, verify
+from gateway.audit import VerifyResult, head_path, trail_exists, trail_files, verify, verify_trail
 from gateway.policy import (
     CallerContext,
     OpaRestEngine,
@@ -34,6 +34,12 @@ from gateway.policy import (
     check_policy_coverage,
 )
 from gateway.server import ConfigError, build_engine, build_service, expand, load_config, load_tools
+from gateway.server._config import (
+    GatewayConfig,
+    audit_key_from_env,
+    audit_key_from_file,
+    check_listener,
+)
 
 
 def _version() -> str:
@@ -48,29 +54,73 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 
 
+_UNKEYED_WARNING = (
+    "gateway audit verify: WARNING: no key: this checks that the chains are intact, which "
+    "proves nothing against anyone who can write the trail (they can rewrite and rehash it). "
+    "Verify with the key the service uses: --config, --key-env or --key-file."
+)
+
+
+def _verify_key(args: argparse.Namespace) -> tuple[bytes | None, Path | None]:
+    # The key as the service takes it, and the trail the configuration names.
+    if args.config:
+        config = load_config(args.config)
+        return config.audit.key, config.audit.path
+    if args.key_env:
+        return audit_key_from_env(args.key_env, where="--key-env"), None
+    if args.key_file:
+        return audit_key_from_file(Path(args.key_file), where="--key-file"), None
+    return None, None
+
+
+def _chains(
+    args: argparse.Namespace, paths: list[Path], key: bytes | None
+) -> list[tuple[Path, int, VerifyResult]]:
+    # (what was verified, how many files, the result), one per chain.
+    if args.exact or len(paths) > 1:
+        head = None if args.no_head else head_path(paths[-1])
+        return [(paths[-1], len(paths), verify(paths, key=key, head=head))]
+    return [
+        (chain, max(len(trail_files(chain)), 1), result)
+        for chain, result in verify_trail(paths[0], key=key, head=not args.no_head)
+    ]
+
+
 def _verify(args: argparse.Namespace) -> int:
     try:
-        key = Path(args.key_file).read_bytes().strip() if args.key_file else None
-    except OSError as exc:
-        print(f"gateway audit verify: cannot read the key file: {exc}", file=sys.stderr)
+        key, configured = _verify_key(args)
+    except ConfigError as exc:
+        print(f"gateway audit verify: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    paths = [Path(p) for p in args.paths]
-    missing = [str(p) for p in paths if not p.exists()]
+    paths = [Path(p) for p in args.paths] or ([configured] if configured else [])
+    if not paths:
+        print("gateway audit verify: name the trail, or --config", file=sys.stderr)
+        return EXIT_USAGE
+    missing = [str(p) for p in paths if not p.exists() and not trail_exists(p)]
     if missing:
         print(f"gateway audit verify: no such file: {', '.join(missing)}", file=sys.stderr)
         return EXIT_USAGE
-    files = trail_files(paths[0]) if len(paths) == 1 and not args.exact else paths
-    head = head_path(files[-1]) if files else None
     try:
-        result = verify(files, key=key, head=None if args.no_head else head)
-    except OSError as exc:  # a directory, an unreadable file: nothing was verified
+        chains = _chains(args, paths, key)
+    except OSError as exc:  # a directory given with --exact, an unreadable file
         print(f"gateway audit verify: cannot read the trail: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    if result.ok:
-        print(f"ok: {result.records} records in {len(files)} file(s), last hash {result.last_hash}")
-        return EXIT_OK
-    print(f"FAILED: {result.error} (after {result.records} good records)", file=sys.stderr)
-    return EXIT_FAILED
+    if key is None:
+        print(_UNKEYED_WARNING, file=sys.stderr)
+    status = EXIT_OK
+    for chain, files, result in chains:
+        if not result.ok:
+            print(f"FAILED: {result.error} (after {result.records} good records)", file=sys.stderr)
+            status = EXIT_FAILED
+            continue
+        summary = (
+            f"{chain}: {result.records} records in {files} file(s), last hash {result.last_hash}"
+        )
+        if key is None:
+            print(f"UNKEYED, intact, proves nothing against a writer: {summary}")
+        else:
+            print(f"ok: {summary}")
+    return status
 
 
 def _load_json(text: str, what: str) -> object:
@@ -140,11 +190,22 @@ def _check(args: argparse.Namespace) -> int:
     return status
 
 
+def _warn_unkeyed(config: GatewayConfig, command: str) -> None:
+    if config.audit.enabled and config.audit.key is None:
+        print(
+            f"gateway {command}: WARNING: audit.unkeyed: the audit chain has no key, so anyone "
+            "who can write the trail can rewrite it undetected",
+            file=sys.stderr,
+        )
+
+
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn  # noqa: PLC0415 - only the serve command needs the server
 
     try:
         config = load_config(args.config)
+        check_listener(config, args.host or config.server.host)
+        _warn_unkeyed(config, "serve")
         service = build_service(config)
     except (ConfigError, GatewayError) as exc:
         # A policy that fails to load says why only in its detail (the engine's message).
@@ -166,6 +227,9 @@ def _mcp(args: argparse.Namespace) -> int:
 
     try:
         config = load_config(args.config)
+        if args.transport == "http":
+            check_listener(config, args.host or config.server.host)
+        _warn_unkeyed(config, "mcp")
         run_mcp(
             config,
             transport=args.transport,
@@ -214,15 +278,23 @@ def build_parser() -> argparse.ArgumentParser:
     verify_parser = audit_commands.add_parser(
         "verify",
         help="verify a hash-chained audit trail",
-        description="Exit 0 on an intact trail; 1 naming the first bad record.",
+        description="Exit 0 when every chain of the trail is intact; 1 naming the first bad "
+        "record of each chain that is not. Without the key, an intact trail proves nothing "
+        "against anyone who could write it.",
     )
     verify_parser.add_argument(
         "paths",
-        nargs="+",
-        help="the active file (its rotated segments are found beside it), or every file "
-        "of the trail in order",
+        nargs="*",
+        help="the trail's file as configured (every writer's chain and its rotated segments "
+        "are found beside it), a folder (every chain in it), or every file of one chain in "
+        "order; default: audit.path of --config",
     )
-    verify_parser.add_argument("--key-file", help="file holding the trail's HMAC key")
+    keys = verify_parser.add_mutually_exclusive_group()
+    keys.add_argument(
+        "--config", help="the service's TOML configuration: its audit key and audit.path"
+    )
+    keys.add_argument("--key-env", help="environment variable holding the trail's HMAC key")
+    keys.add_argument("--key-file", help="file holding the trail's HMAC key")
     verify_parser.add_argument(
         "--exact", action="store_true", help="verify exactly the given files, in order"
     )

@@ -45,7 +45,7 @@ def service_config(
     return {
         "engine": engine,
         "cache": {"enabled": True, "max_ttl_s": 30},
-        "audit": {"enabled": True, "path": str(audit_path), "fsync": fsync},
+        "audit": {"enabled": True, "path": str(audit_path), "fsync": fsync, "unkeyed": True},
         "server": {"host": "127.0.0.1", "port": 0, "max_body_bytes": max_body_bytes},
         "auth": {
             "api_keys": [

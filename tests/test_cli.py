@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import subprocess
 import sys
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 
 from gateway import function_tool
-from gateway.audit import JsonlFileSink, trail_files
+from gateway.audit import JsonlFileSink, head_path, trail_files
 from gateway.cli import build_parser, main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,8 +23,11 @@ RECORDS = 5
 ALICE = '{"subject": "alice", "roles": ["reader"], "tenant": "acme"}'
 
 
+KEY = b"cli-test-audit-key-of-32-bytes!!"
+
+
 def write_trail(
-    path: Path, count: int = RECORDS, *, key: bytes | None = None, max_bytes: int | None = None
+    path: Path, count: int = RECORDS, *, key: bytes | None = KEY, max_bytes: int | None = None
 ) -> list[dict[str, Any]]:
     with JsonlFileSink(path, fsync="none", key=key, max_bytes=max_bytes) as sink:
         return [sink.submit({"n": n}).result(30) for n in range(1, count + 1)]
@@ -39,18 +43,92 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return status, captured.out, captured.err
 
 
+@pytest.fixture
+def key_file(tmp_path: Path) -> str:
+    path = tmp_path.parent / f"{tmp_path.name}.key"
+    path.write_bytes(KEY + b"\n")
+    return str(path)
+
+
 # --- audit verify ---------------------------------------------------------------------------
 
 
 def test_verify_exits_zero_on_an_intact_trail_and_names_its_last_hash(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], key_file: str
 ) -> None:
     path = tmp_path / "audit.jsonl"
     records = write_trail(path)
 
-    actual = run(capsys, "audit", "verify", str(path))
+    actual = run(capsys, "audit", "verify", "--key-file", key_file, str(path))
 
-    assert actual == (0, f"ok: 5 records in 1 file(s), last hash {records[-1]['hash']}\n", "")
+    expected = f"ok: {path}: 5 records in 1 file(s), last hash {records[-1]['hash']}\n"
+    assert actual == (0, expected, "")
+
+
+def test_verify_without_a_key_warns_that_an_intact_trail_proves_nothing_against_a_writer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "audit.jsonl"
+    write_trail(path, key=None)
+
+    status, out, err = run(capsys, "audit", "verify", str(path))
+
+    assert status == 0
+    assert out.startswith("UNKEYED, intact, proves nothing against a writer: ")
+    assert "ok" not in out.split(":")[0]
+    assert "WARNING: no key" in err
+    assert "proves nothing against anyone who can write the trail" in err
+
+
+def test_verify_takes_the_key_from_the_service_config_as_the_service_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "audit" / "audit.jsonl"
+    write_trail(path)
+    (tmp_path / "audit.key").write_bytes(KEY)
+    config = tmp_path / "gateway.toml"
+    config.write_text(
+        f"""
+[engine]
+policies = {json.dumps(POLICIES)}
+[audit]
+path = "audit/audit.jsonl"
+key_file = "audit.key"
+[[auth.api_keys]]
+sha256 = "{"0" * 64}"
+context = {{ subject = "alice" }}
+[tools]
+modules = ["tests.test_cli:TOOLS"]
+""",
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("GATEWAY_TEST_CLI_AUDIT_KEY", KEY.decode())
+
+    by_config = run(capsys, "audit", "verify", "--config", str(config))
+    by_env = run(capsys, "audit", "verify", "--key-env", "GATEWAY_TEST_CLI_AUDIT_KEY", str(path))
+    config.write_text(config.read_text().replace("key_file", 'key_env = "UNSET_X"\n#'))
+    unset = run(capsys, "audit", "verify", "--config", str(config))
+
+    assert (by_config[0], by_config[1].startswith(f"ok: {path}: 5 records")) == (0, True)
+    assert (by_env[0], by_env[1].startswith(f"ok: {path}: 5 records")) == (0, True)
+    assert (unset[0], unset[2]) == (
+        2,
+        "gateway audit verify: audit.key_env: environment variable UNSET_X is not set\n",
+    )
+
+
+def test_a_forger_who_rewrites_a_keyed_trail_without_the_key_fails_verification(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], key_file: str
+) -> None:
+    path = tmp_path / "audit.jsonl"
+    write_trail(path)
+    path.unlink()
+    head_path(path).unlink()
+    write_trail(path, key=None)  # rewritten and rehashed by someone without the key
+
+    status, _, err = run(capsys, "audit", "verify", "--key-file", key_file, str(path))
+
+    assert (status, err.startswith(f"FAILED: {path}:1: record was modified")) == (1, True)
 
 
 def _flip(lines: list[bytes]) -> list[bytes]:
@@ -77,7 +155,9 @@ TAMPERING = [
 def test_verify_exits_one_naming_the_first_bad_record(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
+    key_file: str,
     tamper: Callable[[list[bytes]], list[bytes]],
+    *,
     line: int,
     words: str,
 ) -> None:
@@ -85,7 +165,7 @@ def test_verify_exits_one_naming_the_first_bad_record(
     write_trail(path)
     path.write_bytes(b"".join(tamper(lines_of(path))))
 
-    status, out, err = run(capsys, "audit", "verify", str(path))
+    status, out, err = run(capsys, "audit", "verify", "--key-file", key_file, str(path))
 
     assert (status, out) == (1, "")
     assert err.startswith(f"FAILED: {path}:{line}: ")
@@ -94,39 +174,40 @@ def test_verify_exits_one_naming_the_first_bad_record(
 
 
 def test_verify_with_no_head_does_not_check_for_a_cut_at_a_line_boundary(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], key_file: str
 ) -> None:
     path = tmp_path / "audit.jsonl"
     write_trail(path)
     path.write_bytes(b"".join(lines_of(path)[:-1]))
 
-    assert run(capsys, "audit", "verify", "--no-head", str(path))[0] == 0
-    assert run(capsys, "audit", "verify", str(path))[0] == 1
+    assert run(capsys, "audit", "verify", "--key-file", key_file, "--no-head", str(path))[0] == 0
+    assert run(capsys, "audit", "verify", "--key-file", key_file, str(path))[0] == 1
 
 
 def test_verify_finds_the_rotated_segments_beside_the_active_file(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], key_file: str
 ) -> None:
     path = tmp_path / "audit.jsonl"
     write_trail(path, 20, max_bytes=200)
     files = trail_files(path)
 
-    status, out, _ = run(capsys, "audit", "verify", str(path))
+    status, out, _ = run(capsys, "audit", "verify", "--key-file", key_file, str(path))
 
     assert len(files) > 2
-    assert (status, out.startswith(f"ok: 20 records in {len(files)} file(s)")) == (0, True)
+    assert (status, out.startswith(f"ok: {path}: 20 records in {len(files)} file(s)")) == (0, True)
 
 
 def test_verify_exact_checks_exactly_the_files_given_in_order(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], key_file: str
 ) -> None:
     path = tmp_path / "audit.jsonl"
     write_trail(path, 20, max_bytes=200)
     files = [str(file) for file in trail_files(path)]
+    keyed = ("audit", "verify", "--key-file", key_file, "--exact")
 
-    whole = run(capsys, "audit", "verify", "--exact", *files)
-    gap = run(capsys, "audit", "verify", "--exact", files[0], *files[2:])
-    reordered = run(capsys, "audit", "verify", "--exact", files[1], files[0], *files[2:])
+    whole = run(capsys, *keyed, *files)
+    gap = run(capsys, *keyed, files[0], *files[2:])
+    reordered = run(capsys, *keyed, files[1], files[0], *files[2:])
 
     assert whole[0] == 0
     assert (gap[0], gap[2].startswith(f"FAILED: {files[2]}:1: sequence")) == (1, True)
@@ -137,10 +218,10 @@ def test_verify_uses_the_key_file_for_a_keyed_trail(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / "audit.jsonl"
-    write_trail(path, key=b"the key")
-    right, wrong = tmp_path / "right.key", tmp_path / "wrong.key"
-    right.write_bytes(b"the key\n")
-    wrong.write_bytes(b"another key\n")
+    write_trail(path, key=b"the key, 16 bytes or more")
+    right, wrong = tmp_path.parent / "right.key", tmp_path.parent / "wrong.key"
+    right.write_bytes(b"the key, 16 bytes or more\n")
+    wrong.write_bytes(b"another key of 16 bytes\n")
 
     assert run(capsys, "audit", "verify", "--key-file", str(right), str(path))[0] == 0
     status, _, err = run(capsys, "audit", "verify", "--key-file", str(wrong), str(path))
@@ -152,8 +233,11 @@ def test_verify_uses_the_key_file_for_a_keyed_trail(
     ("arguments", "words"),
     [
         pytest.param(["{dir}/absent.jsonl"], "no such file", id="missing-trail"),
-        pytest.param(["{dir}"], "{dir}", id="directory"),
+        pytest.param(["--exact", "{dir}"], "{dir}", id="directory-as-a-file"),
         pytest.param(["--key-file", "{dir}/absent.key", "{trail}"], "absent.key", id="missing-key"),
+        pytest.param(["--key-file", "{dir}/short.key", "{trail}"], "shorter than", id="short-key"),
+        pytest.param(["--key-env", "GATEWAY_UNSET_KEY_X", "{trail}"], "not set", id="unset-env"),
+        pytest.param([], "name the trail", id="no-trail"),
     ],
 )
 def test_verify_exits_two_on_a_usage_error(
@@ -161,20 +245,22 @@ def test_verify_exits_two_on_a_usage_error(
 ) -> None:
     trail = tmp_path / "audit.jsonl"
     write_trail(trail)
+    (tmp_path / "short.key").write_bytes(b"short")
     argv = [a.format(dir=tmp_path, trail=trail) for a in arguments]
 
     status, out, err = run(capsys, "audit", "verify", *argv)
 
     assert (status, out) == (2, "")
     assert words.format(dir=tmp_path) in err
+    assert "short" not in err or "shorter" in err  # a key is never shown
 
 
-def test_verify_without_a_path_is_an_argument_error(capsys: pytest.CaptureFixture[str]) -> None:
+def test_verify_takes_one_key_source(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as caught:
-        main(["audit", "verify"])
+        main(["audit", "verify", "--key-env", "A", "--key-file", "b", "x"])
 
     assert caught.value.code == 2
-    assert "required: paths" in capsys.readouterr().err
+    assert "not allowed with argument" in capsys.readouterr().err
 
 
 # --- check ----------------------------------------------------------------------------------
@@ -400,3 +486,27 @@ def test_gate_needs_a_policy_folder_for_an_opa_engine(
 
     assert status == 2
     assert "--policies" in err
+
+
+# --- published keys on a listener that is not loopback ------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        pytest.param(["serve", "--host", "0.0.0.0"], id="serve"),  # noqa: S104
+        pytest.param(["mcp", "--transport", "http", "--host", "::"], id="mcp-http"),
+    ],
+)
+def test_serving_a_published_key_beyond_loopback_is_refused_before_listening(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], config: str, argv: list[str]
+) -> None:
+    path = Path(config)
+    demo = hashlib.sha256(b"demo-key-alice").hexdigest()
+    path.write_text(path.read_text(encoding="utf-8").replace("0" * 64, demo), encoding="utf-8")
+
+    status, out, err = run(capsys, *argv, "--config", config)
+
+    assert (status, out) == (2, "")
+    assert "auth.api_keys[0]: this API key is published" in err
+    assert "demo-key-alice" not in err

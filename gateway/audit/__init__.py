@@ -1,6 +1,18 @@
 """The tamper-evident audit trail: records, masking, sinks, hash chain, verification."""
 
-from gateway.audit._chain import GENESIS, VerifyResult, head_path, record_hash, trail_files, verify
+from gateway.audit._chain import (
+    GENESIS,
+    VerifyResult,
+    folder_chains,
+    head_path,
+    record_hash,
+    trail_exists,
+    trail_files,
+    verify,
+    verify_trail,
+    writer_chains,
+    writer_path,
+)
 from gateway.audit._mask import (
     DEFAULT_MASKED_KEYS,
     DEFAULT_NAME_PATTERNS,
@@ -26,9 +38,14 @@ __all__ = [
     "Masker",
     "MemorySink",
     "VerifyResult",
+    "folder_chains",
     "head_path",
     "normalize_name",
     "record_hash",
+    "trail_exists",
     "trail_files",
     "verify",
+    "verify_trail",
+    "writer_chains",
+    "writer_path",
 ]

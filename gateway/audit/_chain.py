@@ -1,11 +1,17 @@
 """The hash chain that makes an audit trail tamper-evident, and its verification.
 
-Each record carries ``seq`` (1, 2, 3, ... across every file of a trail), ``prev`` (the
-previous record's hash, or the genesis value) and ``hash``: SHA-256 (or HMAC-SHA256 when a
-key is configured) over ``prev`` and the canonical JSON of the record without ``hash``.
-Changing, deleting, inserting or reordering any record breaks the chain at that record; a
-cut inside a line is a malformed record; a cut at a line boundary is caught by comparing the
-chain's end with the head file the sink keeps beside the trail.
+Each record carries ``seq`` (1, 2, 3, ... across every file of a chain), ``prev`` (the
+previous record's hash, or the genesis value) and ``hash``: HMAC-SHA256 when a key is
+configured (the only form that resists someone who can write the files), plain SHA-256
+otherwise, over ``prev`` and the canonical JSON of the record without ``hash``. Changing,
+deleting, inserting or reordering any record breaks the chain at that record; a cut inside a
+line is a malformed record; a cut at a line boundary is caught by comparing the chain's end
+with the head file the sink keeps beside it.
+
+A trail is a folder holding one chain per writer: no two processes ever append to one chain.
+The first writer of ``audit.jsonl`` writes that file; while it holds it, a second writes
+``audit.w2.jsonl``, and so on. Each chain rotates into its own numbered segments
+(``audit.jsonl.000001`` ...) and keeps its own head (``audit.jsonl.head``).
 """
 
 from __future__ import annotations
@@ -13,15 +19,21 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import math
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final
 
-from gateway import _json
-
 GENESIS: Final = "0" * 64
+
+_DIGEST: Final = re.compile(r"[0-9a-f]{64}")
+_SEGMENT: Final = re.compile(r"\.[0-9]{6,}")
+_SEGMENT_NAME: Final = re.compile(r"(.+)\.[0-9]{6,}")
+# A record number is written by the sink; anything longer is not one.
+_MAX_SEQ_DIGITS: Final = 19
 
 
 def _plain(value: object) -> float:
@@ -47,13 +59,53 @@ def encode(record: Mapping[str, Any]) -> bytes:
     ).encode("utf-8")
 
 
+class MalformedRecordError(ValueError):
+    """A line of a trail that is not one record as the sink writes them."""
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999: no record the sink writes holds one
+        raise MalformedRecordError("a number is out of range")
+    return value
+
+
+def _refuse_constant(_: str) -> Any:
+    raise MalformedRecordError("NaN and Infinity are not JSON")
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    members = dict(pairs)
+    if len(members) != len(pairs):
+        raise MalformedRecordError("a member name is repeated")
+    return members
+
+
 def decode(line: bytes) -> Any:
-    """Read one record line strictly (duplicates and NaN refused).
+    """Read one record line strictly: UTF-8, one JSON value, no duplicates, finite numbers.
+
+    The interpreter's recursion limit bounds the nesting; the messages never quote the line.
 
     Raises:
-        ValueError: the line is not one strict JSON value.
+        MalformedRecordError: the line is not one such value.
     """
-    return _json.parse_trusted(line, exact=False)
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        raise MalformedRecordError("not valid UTF-8") from None
+    try:
+        return json.loads(
+            text,
+            object_pairs_hook=_unique,
+            parse_float=_finite,
+            parse_constant=_refuse_constant,
+        )
+    except MalformedRecordError:
+        raise
+    except RecursionError:
+        raise MalformedRecordError("nested too deeply") from None
+    except ValueError:  # JSONDecodeError, and int() past the digit limit
+        raise MalformedRecordError("not one JSON value") from None
 
 
 def record_hash(record: Mapping[str, Any], prev: str, key: bytes | None = None) -> str:
@@ -67,7 +119,7 @@ def record_hash(record: Mapping[str, Any], prev: str, key: bytes | None = None) 
 
 @dataclass(frozen=True, slots=True)
 class VerifyResult:
-    """The outcome of verifying a trail.
+    """The outcome of verifying one chain.
 
     Attributes:
         ok: whether every record and the head check out.
@@ -92,60 +144,153 @@ def _lines(paths: Iterable[Path]) -> Iterator[tuple[Path, int, bytes]]:
 
 
 def head_path(path: Path) -> Path:
-    """Where the sink keeps the last (seq, hash) of the trail whose active file is ``path``."""
+    """Where the sink keeps the last (seq, hash) of the chain whose active file is ``path``."""
     return path.with_name(path.name + ".head")
 
 
+def lock_path(path: Path) -> Path:
+    """The lock file its one writer holds while it appends to the chain at ``path``."""
+    return path.with_name(path.name + ".lock")
+
+
+def writer_path(path: Path, number: int) -> Path:
+    """The active file of writer ``number`` (1, 2, ...) of the trail configured as ``path``."""
+    if number == 1:
+        return path
+    return path.with_name(f"{path.stem}.w{number}{path.suffix}")
+
+
 def trail_files(path: Path) -> list[Path]:
-    """The rotated segments of a trail (``<name>.000001`` ...) in order, then the active file."""
+    """The rotated segments of one chain (``<name>.000001`` ...) in order, then its active file."""
+    prefix = path.name
     segments = sorted(
         candidate
-        for candidate in path.parent.glob(path.name + ".*")
-        if candidate.suffix[1:].isdigit()
+        for candidate in path.parent.glob(glob_escape(prefix) + ".*")
+        if _SEGMENT.fullmatch(candidate.name[len(prefix) :]) and candidate.is_file()
     )
     return [*segments, path] if path.exists() else segments
+
+
+def glob_escape(name: str) -> str:
+    """``name`` with the glob wildcards ``*?[`` taken literally."""
+    return re.sub(r"([*?\[])", r"[\1]", name)
+
+
+def writer_chains(path: Path) -> list[Path]:
+    """The active file of every writer's chain of the trail configured as ``path``.
+
+    Writer 1's file is listed even when nothing of it exists (an empty trail); every other
+    writer's when any file of its chain (active file, segment or head) exists.
+    """
+    pattern = re.compile(
+        re.escape(path.stem)
+        + r"\.w([1-9][0-9]*)"
+        + re.escape(path.suffix)
+        + r"(?:\.head|\.[0-9]{6,})?"
+    )
+    numbers = {
+        int(match.group(1))
+        for candidate in path.parent.glob(glob_escape(path.stem) + ".w*")
+        if (match := pattern.fullmatch(candidate.name)) is not None
+    }
+    return [path, *(writer_path(path, n) for n in sorted(numbers) if n > 1)]
+
+
+def folder_chains(folder: Path) -> list[Path]:
+    """The active file of every chain whose files are in ``folder`` (hidden files skipped)."""
+    chains: set[Path] = set()
+    for candidate in folder.iterdir():
+        name = candidate.name
+        if name.startswith(".") or name.endswith((".lock", ".tmp")) or not candidate.is_file():
+            continue
+        if name.endswith(".head"):
+            name = name[: -len(".head")]
+        elif (segment := _SEGMENT_NAME.fullmatch(name)) is not None:
+            name = segment.group(1)
+        chains.add(folder / name)
+    return sorted(chains)
+
+
+def _field_problem(record: dict[str, Any]) -> str | None:
+    seq = record.get("seq")
+    if type(seq) is not int:  # bool is an int to Python, never to the chain
+        return "malformed record (seq is not an integer)"
+    prev, digest = record.get("prev"), record.get("hash")
+    if not isinstance(prev, str) or _DIGEST.fullmatch(prev) is None:
+        return "malformed record (prev is not a hash)"
+    if not isinstance(digest, str) or _DIGEST.fullmatch(digest) is None:
+        return "malformed record (hash is not a hash)"
+    return None
 
 
 def _check(  # noqa: PLR0911 - one early return per way a record can be bad
     line: bytes, expected_seq: int, prev: str, key: bytes | None
 ) -> tuple[str | None, str]:
-    # Returns (problem, hash of the record); problem is None for a good record.
+    # Returns (problem, hash of the record); problem is None for a good record. The
+    # problem never quotes the record: it may hold anything.
     if not line.endswith(b"\n"):
         return "truncated record", prev
     try:
-        record = decode(line)
-    except (ValueError, RecursionError) as exc:
+        record = decode(line[:-1])
+    except MalformedRecordError as exc:
         return f"malformed record ({exc})", prev
     if not isinstance(record, dict):
-        return "malformed record", prev
-    if record.get("seq") != expected_seq:
+        return "malformed record (not a JSON object)", prev
+    problem = _field_problem(record)
+    if problem is not None:
+        return problem, prev
+    seq = record["seq"]
+    if seq != expected_seq:
+        shown = str(seq) if len(str(abs(seq))) <= _MAX_SEQ_DIGITS else "out of range"
         return (
-            f"sequence {record.get('seq')!r}, expected {expected_seq} "
-            "(a record was deleted, inserted or moved)",
+            f"sequence {shown}, expected {expected_seq} (a record was deleted, inserted or moved)",
             prev,
         )
-    if record.get("prev") != prev:
+    if record["prev"] != prev:
         return "chain broken (prev does not match)", prev
-    if not hmac.compare_digest(str(record.get("hash", "")), record_hash(record, prev, key)):
+    try:
+        canonical = encode(record) + b"\n"
+        expected = record_hash(record, prev, key)
+    except (ValueError, RecursionError):  # a lone surrogate, nesting past the encoder
+        return "malformed record (not writable JSON)", prev
+    if canonical != line:
+        # Same values, other bytes (spacing, member order, number spelling): not as written.
+        return "record was modified (not in the form the sink writes)", prev
+    if not hmac.compare_digest(record["hash"], expected):
         return "record was modified (hash mismatch)", prev
-    return None, str(record["hash"])
+    return None, expected
+
+
+def read_head(head: Path) -> tuple[int, str]:
+    """The ``[seq, hash]`` a head file holds.
+
+    Raises:
+        MalformedRecordError: the head is not exactly ``[seq, hash]``.
+        OSError: the head cannot be read.
+    """
+    raw = head.read_bytes()
+    if len(raw) > 200:  # [19 digits, "64 hex"] with room to spare
+        raise MalformedRecordError("expected [seq, hash]")
+    value = decode(raw)
+    if not (
+        isinstance(value, list)
+        and len(value) == 2
+        and type(value[0]) is int
+        and value[0] >= 0
+        and isinstance(value[1], str)
+        and _DIGEST.fullmatch(value[1]) is not None
+    ):
+        raise MalformedRecordError("expected [seq, hash]")
+    return value[0], value[1]
 
 
 def _check_head(
     head: Path, last_seq: int, last_hash: str, last_line: tuple[Path, int] | None
 ) -> str | None:
     try:
-        value = json.loads(head.read_text(encoding="utf-8"))
-    except ValueError as exc:
+        seq, digest = read_head(head)
+    except MalformedRecordError as exc:
         return f"{head}: unreadable head ({exc})"
-    if not (
-        isinstance(value, list)
-        and len(value) == 2
-        and type(value[0]) is int
-        and isinstance(value[1], str)
-    ):
-        return f"{head}: unreadable head (expected [seq, hash])"
-    seq, digest = value
     # The head trails the file by at most one batch after a crash, so only a chain that
     # ends before the head, or a different hash at the same record, is tampering. Either
     # way the message names where the first bad record is (or should be).
@@ -166,12 +311,18 @@ def _check_head(
 def verify(
     paths: Iterable[Path], *, key: bytes | None = None, head: Path | None = None
 ) -> VerifyResult:
-    """Verify one trail given as its files in order.
+    """Verify one chain given as its files in order.
+
+    Never raises for what the files hold: every malformed record or head is a failed result
+    naming it.
 
     Args:
         paths: the files, oldest first.
-        key: the HMAC key, when the trail was written with one.
+        key: the HMAC key, when the chain was written with one.
         head: the head file to compare the end of the chain with (truncation check).
+
+    Raises:
+        OSError: a file cannot be read.
     """
     files = list(paths)
     prev = GENESIS
@@ -190,3 +341,64 @@ def verify(
         if problem is not None:
             return VerifyResult(False, count, problem, count, prev)
     return VerifyResult(True, count, None, count, prev)
+
+
+def verify_chain(path: Path, *, key: bytes | None = None) -> VerifyResult:
+    """Verify the chain whose active file is ``path``: its segments, the file, its head."""
+    return verify(trail_files(path), key=key, head=head_path(path))
+
+
+def _has_files(chain: Path) -> bool:
+    return chain.exists() or head_path(chain).exists() or bool(trail_files(chain))
+
+
+def trail_exists(path: Path) -> bool:
+    """Whether any file of the trail configured as ``path`` (any writer's chain) exists."""
+    return any(_has_files(chain) for chain in writer_chains(path))
+
+
+_WRITER_NAME: Final = re.compile(r"(.+)\.w[1-9][0-9]*(\.[^.]*)?")
+
+
+def _writers(path: Path, *, key: bytes | None, head: bool) -> list[tuple[Path, VerifyResult]]:
+    chains = writer_chains(path)
+    results: list[tuple[Path, VerifyResult]] = []
+    for number, chain in enumerate(chains, start=1):
+        if _has_files(chain):
+            results.append(
+                (
+                    chain,
+                    verify(trail_files(chain), key=key, head=head_path(chain) if head else None),
+                )
+            )
+        elif number < len(chains) or chain != writer_path(path, number):
+            # Writer n+1 only ever starts while writer n holds its chain, whose file it made
+            # at once: a missing chain below the last was deleted.
+            results.append(
+                (
+                    chain,
+                    VerifyResult(False, 0, f"{chain}: this writer's chain is missing (deleted)"),
+                )
+            )
+    return results
+
+
+def verify_trail(
+    path: Path, *, key: bytes | None = None, head: bool = True
+) -> list[tuple[Path, VerifyResult]]:
+    """Verify every chain of a trail: each writer's of ``path``, or every one in a folder.
+
+    For a trail configured as ``audit.jsonl``: its chain, ``audit.w2.jsonl``'s and so on,
+    each with its rotated segments and its head (unless ``head`` is false). A writer's chain
+    missing below the last one's fails. Never raises for what the files hold.
+
+    Raises:
+        OSError: a file cannot be read.
+    """
+    if not path.is_dir():
+        return _writers(path, key=key, head=head)
+    bases: set[Path] = set()
+    for chain in folder_chains(path):
+        match = _WRITER_NAME.fullmatch(chain.name)
+        bases.add(path / (match.group(1) + (match.group(2) or "")) if match else chain)
+    return [result for base in sorted(bases) for result in _writers(base, key=key, head=head)]

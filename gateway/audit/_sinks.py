@@ -11,6 +11,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import enum
+import fcntl
 import json
 import os
 import queue
@@ -21,9 +22,22 @@ from pathlib import Path
 from typing import Any, Final, Protocol, runtime_checkable
 
 from gateway._errors import GatewayError
-from gateway.audit._chain import GENESIS, encode, head_path, record_hash, trail_files
+from gateway.audit._chain import (
+    GENESIS,
+    MalformedRecordError,
+    decode,
+    encode,
+    head_path,
+    lock_path,
+    read_head,
+    record_hash,
+    trail_files,
+    writer_path,
+)
 
 _MAX_GROUP: Final = 512
+#: How many processes may write one trail at once, each to its own chain.
+MAX_WRITERS: Final = 64
 
 
 class AuditWriteError(GatewayError):
@@ -110,11 +124,36 @@ class MemorySink:
 _STOP: Final = object()
 
 
+def _claim(path: Path) -> tuple[Path, int]:
+    # The first writer chain of the trail no live process holds: an exclusive, non-blocking
+    # flock on its lock file, held until close. The kernel drops it when its holder dies,
+    # so a crashed writer's chain is resumed by the next process to start.
+    for number in range(1, MAX_WRITERS + 1):
+        candidate = writer_path(path, number)
+        fd = os.open(lock_path(candidate), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o640)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        except BaseException:
+            os.close(fd)
+            raise
+        return candidate, fd
+    raise AuditWriteError(f"audit trail {path}: {MAX_WRITERS} writers already hold it")
+
+
 class JsonlFileSink:
-    """A hash-chained JSON Lines trail on disk.
+    """A hash-chained JSON Lines trail on disk, of which this sink is one writer.
+
+    No two writers (processes, or sinks in one process) ever append to one chain: the sink
+    takes the first of the trail's writer chains that no other holds (``audit.jsonl``, then
+    ``audit.w2.jsonl``, ...) under an exclusive lock, and resumes that chain from its end.
+    ``gateway audit verify`` checks every writer's chain of the trail.
 
     Args:
-        path: the active file; rotated segments sit beside it as ``<name>.000001`` ...
+        path: the trail's first active file; this writer's rotated segments sit beside its
+            own active file as ``<name>.000001`` ...
         fsync: the durability policy (default: every record reaches disk before its ack).
         batch_interval: for ``FsyncPolicy.BATCH``, the longest time between fsyncs (s).
         max_bytes: rotate the active file once it reaches this size (``None``: never).
@@ -123,8 +162,10 @@ class JsonlFileSink:
         clock: a monotonic clock (seconds).
 
     Raises:
-        AuditWriteError: the existing trail's tail is damaged (a partial last line) or its
-            head does not match, so appending would extend a broken chain.
+        AuditWriteError: the claimed chain's tail is damaged (a partial last line) or its
+            head does not match, so appending would extend a broken chain; or every writer
+            chain is held.
+        OSError: the trail's folder cannot be created or its lock file opened.
     """
 
     def __init__(
@@ -137,15 +178,21 @@ class JsonlFileSink:
         key: bytes | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._path = Path(path)
         self._policy = FsyncPolicy(fsync)
         self._interval = batch_interval
         self._max_bytes = max_bytes
         self._clock = clock
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        seq, prev = self._recover()
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._path, self._lock_fd = _claim(Path(path))
+        try:
+            seq, prev = self._recover()
+            self._fd = os.open(
+                self._path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o640
+            )
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
         self._chainer = _Chainer(key, seq, prev)
-        self._fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
         self._size = os.fstat(self._fd).st_size
         self._segment = self._last_segment()
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -159,7 +206,7 @@ class JsonlFileSink:
 
     @property
     def path(self) -> Path:
-        """The active file."""
+        """This writer's active file."""
         return self._path
 
     @property
@@ -180,15 +227,20 @@ class JsonlFileSink:
             break
         if last is None:
             return 0, GENESIS
+        malformed = AuditWriteError(f"audit trail {self._path} has a malformed last record")
         try:
-            record = json.loads(last)
-            seq, digest = int(record["seq"]), str(record["hash"])
-        except (ValueError, KeyError, TypeError) as exc:
-            raise AuditWriteError(f"audit trail {self._path} has a malformed last record") from exc
+            record = decode(last)
+        except MalformedRecordError:
+            raise malformed from None
+        seq = record.get("seq") if isinstance(record, dict) else None
+        digest = record.get("hash") if isinstance(record, dict) else None
+        if type(seq) is not int or not isinstance(digest, str):
+            raise malformed
         head = head_path(self._path)
         if head.exists():
-            with contextlib.suppress(ValueError, TypeError):
-                head_seq, _ = json.loads(head.read_text(encoding="utf-8"))
+            # An unreadable head is the verifier's to report; it is rewritten on the next commit.
+            with contextlib.suppress(MalformedRecordError):
+                head_seq, _ = read_head(head)
                 if head_seq > seq:
                     raise AuditWriteError(
                         f"audit trail {self._path} ends at record {seq} but its head says "
@@ -292,7 +344,7 @@ class JsonlFileSink:
         os.close(self._fd)
         self._segment += 1
         os.replace(self._path, self._path.with_name(f"{self._path.name}.{self._segment:06d}"))
-        self._fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
+        self._fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o640)
         self._size = 0
 
     def _final_sync(self) -> None:
@@ -301,6 +353,9 @@ class JsonlFileSink:
                 os.fsync(self._fd)
         with contextlib.suppress(OSError):
             os.close(self._fd)
+        # Last: another writer may take this chain only once every record is in it.
+        with contextlib.suppress(OSError):
+            os.close(self._lock_fd)
 
     def close(self) -> None:
         """Write what is queued, fsync (unless the policy is NONE), close. Idempotent."""

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import ipaddress
 import os
 import re
+import secrets
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -23,6 +25,31 @@ _FSYNC: Final = ("always", "batch", "none")
 _ALGORITHMS: Final = ("HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "ES256", "ES384")
 _UPSTREAM_NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _TOOL_PREFIX: Final = re.compile(r"[A-Za-z0-9_-]{0,63}")
+
+#: The shortest audit chain key accepted, in bytes: a shorter HMAC key can be guessed.
+MIN_AUDIT_KEY_BYTES: Final = 16
+
+#: Every credential published in this repository (the README's demo keys, the examples, the
+#: test and reliability suites). Anyone can read them, so a listener that is not loopback
+#: refuses to start when one of them would let a caller in.
+PUBLISHED_KEYS: Final = (
+    "demo-key-alice",
+    "demo-key-bob",
+    "demo-key-carol",
+    "demo-key-mallory",
+    "reliability-key-alice",
+    "reliability-key-bob",
+    "reliability-key-carol",
+    "reliability-key-mallory",
+    "test-key-tess",
+    "alice-key",
+    "bob-key",
+    "carol-key",
+    "good-key",
+)
+_PUBLISHED_DIGESTS: Final = frozenset(
+    hashlib.sha256(key.encode("utf-8")).hexdigest() for key in PUBLISHED_KEYS
+)
 
 
 class ConfigError(GatewayError, ValueError):
@@ -62,6 +89,11 @@ class AuditConfig:
     fsync: str = "always"
     max_bytes: int | None = None
     key_env: str | None = None
+    key_file: Path | None = None
+    generate_key: bool = False
+    unkeyed: bool = False
+    #: The chain's HMAC key, read from ``key_env`` or ``key_file`` (``None``: unkeyed).
+    key: bytes | None = field(default=None, repr=False)
     mask_keys: tuple[str, ...] = ()
     mask_patterns: tuple[str, ...] = ()
     mask_values: tuple[str, ...] = ()
@@ -70,10 +102,11 @@ class AuditConfig:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ApiKey:
-    """One API key: its SHA-256 (hex) and the caller context it stands for."""
+    """One API key: its SHA-256 (hex), the caller context it stands for, where it was set."""
 
     sha256: str
     context: Mapping[str, Any]
+    where: str = field(default="auth.api_keys", compare=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -262,6 +295,83 @@ def _strings(data: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def audit_key_from_env(name: str, *, where: str = "audit.key_env") -> bytes:
+    """The audit chain key held by environment variable ``name``, as the service reads it.
+
+    Raises:
+        ConfigError: the variable is unset, empty or too short (the message never holds it).
+    """
+    value = os.environ.get(name, "").strip()
+    if not value:
+        raise ConfigError(f"{where}: environment variable {name} is not set")
+    return _long_enough(value.encode("utf-8"), where, f"environment variable {name}")
+
+
+def audit_key_from_file(
+    path: Path, *, where: str = "audit.key_file", generate: bool = False
+) -> bytes:
+    """The audit chain key held by the file at ``path`` (surrounding white space dropped).
+
+    With ``generate``, a file that does not exist yet is created first (mode 0600) holding a
+    fresh random key: for a local demo, whose trail and key stay on one machine.
+
+    Raises:
+        ConfigError: the file cannot be read (or made), or holds too short a key.
+    """
+    if generate and not path.exists():
+        try:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass  # made by a process that started at the same moment: read it
+        except OSError as exc:
+            raise ConfigError(f"{where}: cannot create {path}: {exc.strerror}") from None
+        else:
+            with os.fdopen(fd, "w", encoding="ascii") as handle:
+                handle.write(secrets.token_hex(32) + "\n")
+    try:
+        value = path.read_bytes().strip()
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read {path}: {exc.strerror}") from None
+    return _long_enough(value, where, str(path))
+
+
+def _long_enough(key: bytes, where: str, what: str) -> bytes:
+    if len(key) < MIN_AUDIT_KEY_BYTES:
+        raise ConfigError(f"{where}: the key in {what} is shorter than {MIN_AUDIT_KEY_BYTES} bytes")
+    return key
+
+
+def _audit_key(
+    data: Mapping[str, Any], base: Path, *, enabled: bool
+) -> tuple[str | None, Path | None, bool, bool, bytes | None]:
+    # A chain without a key proves nothing against anyone who can write its files (they
+    # can rewrite and rehash it), so it takes an explicit `unkeyed = true`.
+    where = "audit."
+    key_env = _get(data, "key_env", str, None, where)
+    key_file = _path(base, _get(data, "key_file", str, None, where))
+    generate = _get(data, "generate_key", bool, False, where)
+    unkeyed = _get(data, "unkeyed", bool, False, where)
+    if key_env is not None and key_file is not None:
+        raise ConfigError("audit.key_file: set key_env or key_file, not both")
+    if generate and key_file is None:
+        raise ConfigError("audit.generate_key: needs key_file (where the key is kept)")
+    if unkeyed and (key_env is not None or key_file is not None):
+        raise ConfigError("audit.unkeyed: contradicts the key_env or key_file also set")
+    key: bytes | None = None
+    if key_env is not None:
+        key = audit_key_from_env(key_env)
+    elif key_file is not None and enabled:
+        key = audit_key_from_file(key_file, generate=generate)
+    elif enabled and not unkeyed:
+        raise ConfigError(
+            "audit.key_env: the audit chain must be keyed: set key_env or key_file (or "
+            "unkeyed = true to accept a trail that anyone who can write it can rewrite "
+            "undetected)"
+        )
+    return key_env, key_file, generate, unkeyed, key
+
+
 def _audit(data: Mapping[str, Any], base: Path) -> AuditConfig:
     where = "audit."
     _known(
@@ -272,6 +382,9 @@ def _audit(data: Mapping[str, Any], base: Path) -> AuditConfig:
             "fsync",
             "max_bytes",
             "key_env",
+            "key_file",
+            "generate_key",
+            "unkeyed",
             "mask_keys",
             "mask_patterns",
             "mask_values",
@@ -286,9 +399,7 @@ def _audit(data: Mapping[str, Any], base: Path) -> AuditConfig:
     fsync = _get(data, "fsync", str, "always", where)
     if fsync not in _FSYNC:
         raise ConfigError(f"audit.fsync: must be one of {', '.join(_FSYNC)}")
-    key_env = _get(data, "key_env", str, None, where)
-    if key_env is not None and not os.environ.get(key_env):
-        raise ConfigError(f"audit.key_env: environment variable {key_env} is not set")
+    key_env, key_file, generate, unkeyed, key = _audit_key(data, base, enabled=enabled)
     pointers = _strings(data, "mask_pointers", where)
     for pointer in pointers:
         if not pointer.startswith("/"):
@@ -308,6 +419,10 @@ def _audit(data: Mapping[str, Any], base: Path) -> AuditConfig:
         fsync=fsync,
         max_bytes=_get(data, "max_bytes", int, None, where),
         key_env=key_env,
+        key_file=key_file,
+        generate_key=generate,
+        unkeyed=unkeyed,
+        key=key,
         mask_keys=_strings(data, "mask_keys", where),
         mask_patterns=patterns["mask_patterns"],
         mask_values=patterns["mask_values"],
@@ -315,14 +430,14 @@ def _audit(data: Mapping[str, Any], base: Path) -> AuditConfig:
     )
 
 
-def _api_keys(value: Any) -> tuple[ApiKey, ...]:
+def _api_keys(value: Any, label: str = "auth.api_keys") -> tuple[ApiKey, ...]:
     if not isinstance(value, list):
-        raise ConfigError("auth.api_keys: must be an array of tables")
+        raise ConfigError(f"{label}: must be an array of tables")
     keys = []
     for index, entry in enumerate(value):
-        where = f"auth.api_keys[{index}]."
+        where = f"{label}[{index}]."
         if not isinstance(entry, Mapping):
-            raise ConfigError(f"auth.api_keys[{index}]: must be a table")
+            raise ConfigError(f"{label}[{index}]: must be a table")
         _known(entry, ("sha256", "context"), where)
         digest = _get(entry, "sha256", str, None, where)
         if digest is None or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
@@ -332,8 +447,25 @@ def _api_keys(value: Any) -> tuple[ApiKey, ...]:
         context = _get(entry, "context", Mapping, None, where)
         if context is None or not isinstance(context.get("subject"), str):
             raise ConfigError(f"{where}context: must be a table with a string subject")
-        keys.append(ApiKey(sha256=digest, context=dict(context)))
+        keys.append(ApiKey(sha256=digest, context=dict(context), where=f"{label}[{index}]"))
     return tuple(keys)
+
+
+def _api_keys_file(data: Mapping[str, Any], base: Path) -> tuple[ApiKey, ...]:
+    # API keys kept out of the configuration file: a secret file (a Docker secret, say)
+    # holding [[api_keys]] tables in the configuration's own form.
+    path = _path(base, _get(data, "api_keys_file", str, None, "auth."))
+    if path is None:
+        return ()
+    label = f"auth.api_keys_file ({path})"
+    try:
+        keys = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"auth.api_keys_file: cannot read {path}: {exc.strerror}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError):
+        raise ConfigError(f"auth.api_keys_file: {path} is not valid TOML") from None
+    _known(keys, ("api_keys",), f"{label} ")
+    return _api_keys(keys.get("api_keys", []), f"{label} api_keys")
 
 
 def _read_secret(data: Mapping[str, Any], base: Path, where: str) -> bytes | None:
@@ -409,8 +541,8 @@ def _jwt(data: Mapping[str, Any], base: Path) -> JwtConfig:
 
 
 def _auth(data: Mapping[str, Any], base: Path) -> AuthConfig:
-    _known(data, ("api_keys", "jwt"), "auth.")
-    api_keys = _api_keys(data.get("api_keys", []))
+    _known(data, ("api_keys", "api_keys_file", "jwt"), "auth.")
+    api_keys = _api_keys(data.get("api_keys", [])) + _api_keys_file(data, base)
     jwt = _jwt(_table(data, "jwt", "auth."), base) if "jwt" in data else None
     if not api_keys and jwt is None:
         raise ConfigError("auth: configure api_keys or jwt; the service never runs unauthenticated")
@@ -524,7 +656,7 @@ def parse_config(
     for entry in modules:
         if entry.count(":") != 1:
             raise ConfigError(f'tools.modules: {entry!r} must look like "package.module:attribute"')
-    return GatewayConfig(
+    config = GatewayConfig(
         engine=_engine(_table(data, "engine", ""), base),
         cache=_cache(_table(data, "cache", "")),
         audit=_audit(_table(data, "audit", ""), base),
@@ -534,6 +666,46 @@ def parse_config(
         mcp=mcp,
         source=source,
     )
+    check_listener(config, config.server.host)
+    return config
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address (127.0.0.0/8, ::1) or ``localhost``.
+
+    Any other name or address, the wildcards included, may be reachable from elsewhere.
+    """
+    if host.lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_listener(config: GatewayConfig, host: str) -> None:
+    """Refuse to serve on ``host`` when it is not loopback and a published key would pass.
+
+    Raises:
+        ConfigError: naming the configuration entry that holds a credential published in
+            this repository (never the credential).
+    """
+    if is_loopback(host):
+        return
+    for key in config.auth.api_keys:
+        if key.sha256 in _PUBLISHED_DIGESTS:
+            raise ConfigError(
+                f"{key.where}: this API key is published in the gateway's repository (a demo "
+                f"or test key); refused on the non-loopback listener {host}: configure your "
+                "own keys"
+            )
+    jwt = config.auth.jwt
+    secret = jwt.secret if jwt is not None else None
+    if secret is not None and hashlib.sha256(secret).hexdigest() in _PUBLISHED_DIGESTS:
+        raise ConfigError(
+            "auth.jwt.secret_env: this secret is published in the gateway's repository; "
+            f"refused on the non-loopback listener {host}"
+        )
 
 
 def load_config(path: str | os.PathLike[str]) -> GatewayConfig:

@@ -741,7 +741,9 @@ async def test_ten_thousand_concurrent_calls_leave_ten_thousand_linked_pairs_in_
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / "audit.jsonl"
-    sink = JsonlFileSink(path, fsync="batch")
+    key = tmp_path / "audit.key"
+    key.write_bytes(b"k" * 32)
+    sink = JsonlFileSink(path, fsync="batch", key=b"k" * 32)
     binding = bind(AuditTrail(sink).guard(function_tool(add), StaticAuthorizer(True)))
     invocations = [
         binding.prepare(ToolCall(f"call-{n}", "add", f'{{"a":{n},"b":1}}')) for n in range(CALLS)
@@ -768,7 +770,7 @@ async def test_ten_thousand_concurrent_calls_leave_ten_thousand_linked_pairs_in_
     assert [output.text() for output in outputs] == [str(n + 1) for n in range(CALLS)]
     assert (len(records), len(decisions), len(outcomes)) == (2 * CALLS, CALLS, CALLS)
     assert pairs == {(f"call-{n}", f"call-{n}", "allow", "executed") for n in range(CALLS)}
-    assert verify(trail_files(path), head=head_path(path)).ok is True
-    assert main(["audit", "verify", str(path)]) == 0
-    assert f"ok: {2 * CALLS} records" in capsys.readouterr().out
+    assert verify(trail_files(path), key=b"k" * 32, head=head_path(path)).ok is True
+    assert main(["audit", "verify", "--key-file", str(key), str(path)]) == 0
+    assert f"ok: {path}: {2 * CALLS} records" in capsys.readouterr().out
     print(f"{CALLS} guarded calls through the audit trail: {elapsed:.2f} s")

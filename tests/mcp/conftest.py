@@ -89,7 +89,6 @@ def write_config(
             "",
             "[audit]",
             f"path = {_toml(str(audit_path))}",
-            "unkeyed = true",
             f"key_env = {_toml(AUDIT_KEY_ENV)}",
             "",
         ]

@@ -270,6 +270,9 @@ def gateway_toml(
         "[audit]",
         f"path = {toml_value(audit_path)}",
         'fsync = "always"',
+        # Keyed, as every shipped configuration; hidden, so it is no chain of the folder.
+        f"key_file = {toml_value(audit_path.parent / '.audit.key')}",
+        "generate_key = true",
         "",
         "[server]",
         f"max_body_bytes = {max_body_bytes}",

@@ -362,7 +362,7 @@ def test_serve_runs_the_service_until_stopped(
             process.wait(timeout=10)
     assert f"serving 6 tools on http://127.0.0.1:{port}" in log.read_text(encoding="utf-8")
     capsys.readouterr()
-    assert main(["audit", "verify", str(audit_path)]) == 0
+    assert main(["audit", "verify", "--config", str(config)]) == 0
     assert [r["call_id"] for r in read_audit(audit_path)] == ["1", "1", "2"]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -11,17 +12,21 @@ from typing import Any
 import pytest
 
 from gateway.server import ConfigError, GatewayConfig, api_key_digest, load_config, parse_config
-from gateway.server._config import import_tools
+from gateway.server._config import PUBLISHED_KEYS, check_listener, import_tools
 from tests.server.conftest import ALICE, EXAMPLE_CONFIG, POLICIES, JwtKeys, key_digest
 
 Data = dict[str, Any]
 
 
+AUDIT_KEY = b"a-test-audit-key-of-32-bytes-ok!"
+
+
 def valid(tmp_path: Path) -> Data:
-    """A minimal valid configuration (embedded engine, one API key)."""
+    """A minimal valid configuration (embedded engine, a keyed trail, one API key)."""
+    (tmp_path / "audit.key").write_bytes(AUDIT_KEY + b"\n")
     return {
         "engine": {"kind": "embedded", "policies": str(POLICIES)},
-        "audit": {"path": str(tmp_path / "audit.jsonl")},
+        "audit": {"path": str(tmp_path / "audit.jsonl"), "key_file": str(tmp_path / "audit.key")},
         "auth": {"api_keys": [{"sha256": key_digest(ALICE), "context": {"subject": "alice"}}]},
         "tools": {"modules": ["examples.example_tools:TOOLS"]},
     }
@@ -102,7 +107,11 @@ INVALID: list[tuple[str, Change, str]] = [
     ("audit.fsync not text", setting("audit.fsync", True), "audit.fsync: "),
     ("audit.enabled not bool", setting("audit.enabled", 1), "audit.enabled: "),
     ("audit.max_bytes float", setting("audit.max_bytes", 1.5), "audit.max_bytes: "),
-    ("audit.key_env unset", setting("audit.key_env", "GATEWAY_TEST_UNSET_KEY"), "audit.key_env: "),
+    (
+        "audit.key_env unset",
+        lambda d: at(at(d, "audit.key_file", ...), "audit.key_env", "GATEWAY_TEST_UNSET_KEY"),
+        "audit.key_env: ",
+    ),
     ("audit.mask_keys not a list", setting("audit.mask_keys", "iban"), "audit.mask_keys: "),
     (
         "audit.mask_pointers not pointers",
@@ -221,6 +230,7 @@ def test_the_minimal_config_loads_with_defaults(tmp_path: Path) -> None:
 
 def test_a_full_config_file_loads(tmp_path: Path, jwt_keys: JwtKeys) -> None:
     (tmp_path / "jwks.json").write_text(jwt_keys.jwks(), encoding="utf-8")
+    (tmp_path / "audit.key").write_bytes(AUDIT_KEY)
     path = tmp_path / "gateway.toml"
     path.write_text(
         f"""
@@ -245,13 +255,15 @@ max_bytes = 1048576
 mask_keys = ["iban"]
 mask_pointers = ["/card/number"]
 
+key_file = "audit.key"
+
 [server]
 host = "0.0.0.0"
 port = 0
 max_body_bytes = 4096
 
 [[auth.api_keys]]
-sha256 = "{api_key_digest(ALICE)}"
+sha256 = "{api_key_digest("a key only this test knows")}"
 context = {{ subject = "alice", roles = ["reader"], tenant = "acme" }}
 
 [auth.jwt]
@@ -281,6 +293,7 @@ modules = ["examples.example_tools:TOOLS", "tests.server.conftest:TEST_TOOLS"]
     assert config.audit.path == tmp_path / "audit" / "trail.jsonl"
     assert config.audit.fsync == "batch"
     assert config.audit.mask_pointers == ("/card/number",)
+    assert (config.audit.key_file, config.audit.key) == (tmp_path / "audit.key", AUDIT_KEY)
     assert (config.server.host, config.server.port, config.server.max_body_bytes) == (
         "0.0.0.0",  # noqa: S104 - a value read back from the file
         0,
@@ -315,12 +328,14 @@ def test_relative_paths_resolve_against_the_config_folder(
     (folder / "rego" / "p.rego").write_text("package p\n", encoding="utf-8")
     (folder / "keys").mkdir()
     (folder / "keys" / "jwt.pem").write_text(jwt_keys.rsa_public_pem(), encoding="utf-8")
+    (folder / "keys" / "audit.key").write_bytes(AUDIT_KEY)
     (folder / "gateway.toml").write_text(
         f"""
 [engine]
 policies = "rego"
 [audit]
 path = "../../var/audit.jsonl"
+key_file = "keys/audit.key"
 [auth.jwt]
 public_key_file = "keys/jwt.pem"
 issuer = "i"
@@ -339,6 +354,7 @@ modules = ["m:t"]
     config = load_config(os.path.relpath(folder / "gateway.toml", elsewhere))
     assert config.engine.policies == folder / "rego"
     assert config.audit.path == tmp_path / "var" / "audit.jsonl"
+    assert (config.audit.key_file, config.audit.key) == (folder / "keys" / "audit.key", AUDIT_KEY)
     assert config.auth.jwt is not None
     assert config.auth.jwt.public_key == jwt_keys.rsa_public_pem()
     assert config.source == folder / "gateway.toml"
@@ -355,13 +371,17 @@ def test_unreadable_or_broken_files_are_config_errors(tmp_path: Path) -> None:
 
 def test_secrets_come_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GATEWAY_TEST_SECRET", "s3cret-s3cret-s3cret-s3cret-s3cret")
-    monkeypatch.setenv("GATEWAY_TEST_AUDIT_KEY", "audit-key")
+    monkeypatch.setenv("GATEWAY_TEST_AUDIT_KEY", "audit-key-from-the-environment")
     with_hmac = jwt_table(algorithms=["HS256", "HS512"], secret_env="GATEWAY_TEST_SECRET")  # noqa: S106
-    data = with_hmac(at(valid(tmp_path), "audit.key_env", "GATEWAY_TEST_AUDIT_KEY"))
+    keyed = at(
+        at(valid(tmp_path), "audit.key_file", ...), "audit.key_env", "GATEWAY_TEST_AUDIT_KEY"
+    )
+    data = with_hmac(keyed)
     config = parse_config(data, base=tmp_path)
     assert config.auth.jwt is not None
     assert config.auth.jwt.secret == b"s3cret-s3cret-s3cret-s3cret-s3cret"
     assert config.audit.key_env == "GATEWAY_TEST_AUDIT_KEY"
+    assert config.audit.key == b"audit-key-from-the-environment"
     monkeypatch.setenv("GATEWAY_TEST_SECRET", "")
     with pytest.raises(ConfigError, match=r"^auth\.jwt\.secret_env: "):
         parse_config(data, base=tmp_path)
@@ -411,3 +431,247 @@ def test_tool_imports_accept_a_tool_or_a_list() -> None:
         "fail",
         "boom",
     ]
+
+
+# -- keyed audit chains ----------------------------------------------------------------------
+
+
+def test_an_enabled_trail_without_a_key_is_refused_unless_explicitly_unkeyed(
+    tmp_path: Path,
+) -> None:
+    unkeyed = at(valid(tmp_path), "audit.key_file", ...)
+
+    with pytest.raises(ConfigError, match=r"^audit\.key_env: the audit chain must be keyed"):
+        parse_config(unkeyed, base=tmp_path)
+    accepted = parse_config(at(unkeyed, "audit.unkeyed", True), base=tmp_path)
+    disabled = parse_config(at(unkeyed, "audit.enabled", False), base=tmp_path)
+
+    assert (accepted.audit.unkeyed, accepted.audit.key) == (True, None)
+    assert disabled.audit.key is None
+
+
+def test_the_key_file_is_read_with_its_surrounding_white_space_dropped(tmp_path: Path) -> None:
+    config = parse_config(valid(tmp_path), base=tmp_path)
+
+    assert (config.audit.key_file, config.audit.key) == (tmp_path / "audit.key", AUDIT_KEY)
+    assert AUDIT_KEY not in repr(config).encode()
+
+
+KEY_ERRORS: list[tuple[str, Change, str]] = [
+    (
+        "both sources",
+        setting("audit.key_env", "GATEWAY_TEST_AUDIT_KEY_BOTH"),
+        "audit.key_file: set key_env or key_file",
+    ),
+    ("unkeyed and a key", setting("audit.unkeyed", True), "audit.unkeyed: contradicts"),
+    (
+        "generate without a file",
+        lambda d: at(at(d, "audit.key_file", ...), "audit.generate_key", True),
+        "audit.generate_key: needs key_file",
+    ),
+    ("missing file", setting("audit.key_file", "/no/such/key"), "audit.key_file: cannot read"),
+    ("unkeyed not bool", setting("audit.unkeyed", "yes"), "audit.unkeyed: must be bool"),
+    ("key_file not text", setting("audit.key_file", 1), "audit.key_file: must be str"),
+]
+
+
+@pytest.mark.parametrize(("case", "change", "prefix"), KEY_ERRORS, ids=[c[0] for c in KEY_ERRORS])
+def test_an_invalid_audit_key_setting_names_its_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str, change: Change, prefix: str
+) -> None:
+    monkeypatch.setenv("GATEWAY_TEST_AUDIT_KEY_BOTH", "x" * 32)
+    with pytest.raises(ConfigError) as caught:
+        parse_config(change(valid(tmp_path)), base=tmp_path)
+    assert str(caught.value).startswith(prefix), (case, str(caught.value))
+
+
+@pytest.mark.parametrize("source", ["file", "env"])
+def test_a_short_audit_key_is_refused_without_showing_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str
+) -> None:
+    (tmp_path / "short.key").write_bytes(b"shortkey123")
+    monkeypatch.setenv("GATEWAY_TEST_SHORT_KEY", "shortkey123")
+    data = valid(tmp_path)
+    if source == "file":
+        data = at(data, "audit.key_file", str(tmp_path / "short.key"))
+    else:
+        data = at(at(data, "audit.key_file", ...), "audit.key_env", "GATEWAY_TEST_SHORT_KEY")
+
+    with pytest.raises(ConfigError, match="shorter than 16 bytes") as caught:
+        parse_config(data, base=tmp_path)
+    assert "shortkey123" not in str(caught.value)
+
+
+def test_generate_key_makes_a_private_random_key_once_and_then_reads_it(tmp_path: Path) -> None:
+    data = at(valid(tmp_path), "audit.key_file", str(tmp_path / "demo" / "audit.key"))
+    data = at(data, "audit.generate_key", True)
+
+    first = parse_config(data, base=tmp_path).audit.key
+    second = parse_config(data, base=tmp_path).audit.key
+    other = parse_config(
+        at(data, "audit.key_file", str(tmp_path / "other.key")), base=tmp_path
+    ).audit.key
+
+    assert first is not None
+    assert first == second != other
+    assert len(first) == 64
+    assert (tmp_path / "demo" / "audit.key").stat().st_mode & 0o777 == 0o600
+
+
+def _shipped(tmp_path: Path, name: str) -> Path:
+    # A copy of a shipped configuration beside the shipped policies and tools, with the
+    # deployment's secret paths in tmp_path: loading it writes nothing into the repository.
+    root = tmp_path / "repo"
+    (root / name).mkdir(parents=True)
+    (root / "policies").symlink_to(POLICIES)
+    text = (EXAMPLE_CONFIG.parents[1] / name / "gateway.toml").read_text(encoding="utf-8")
+    path = root / name / "gateway.toml"
+    path.write_text(text.replace("/run/secrets/", f"{tmp_path}/secrets/"), encoding="utf-8")
+    return path
+
+
+def test_the_shipped_example_config_is_keyed_with_a_key_made_in_the_demo_folder(
+    tmp_path: Path,
+) -> None:
+    config = load_config(_shipped(tmp_path, "examples"))
+
+    assert config.audit.key_file == tmp_path / "repo" / ".demo" / "audit.key"
+    assert config.audit.key is not None
+    assert config.audit.key == (tmp_path / "repo" / ".demo" / "audit.key").read_bytes().strip()
+    assert config.audit.unkeyed is False
+
+
+def _deploy_secrets(tmp_path: Path, api_key: str = "a key nobody published") -> None:
+    secrets = tmp_path / "secrets"
+    secrets.mkdir(exist_ok=True)
+    (secrets / "gateway_audit_key").write_bytes(AUDIT_KEY)
+    (secrets / "gateway_api_keys").write_text(
+        f'[[api_keys]]\nsha256 = "{api_key_digest(api_key)}"\n'
+        'context = { subject = "ops", roles = ["reader"] }\n',
+        encoding="utf-8",
+    )
+
+
+def test_the_deploy_config_takes_its_audit_key_and_api_keys_from_secret_files(
+    tmp_path: Path,
+) -> None:
+    _deploy_secrets(tmp_path)
+
+    config = load_config(_shipped(tmp_path, "deploy"))
+
+    assert config.audit.key == AUDIT_KEY
+    assert [(k.sha256, dict(k.context)) for k in config.auth.api_keys] == [
+        (api_key_digest("a key nobody published"), {"subject": "ops", "roles": ["reader"]})
+    ]
+    assert config.server.host == "0.0.0.0"  # noqa: S104 - what the file says
+
+
+def test_the_deploy_config_refuses_to_start_without_its_secrets(tmp_path: Path) -> None:
+    path = _shipped(tmp_path, "deploy")
+    with pytest.raises(ConfigError, match=r"^audit\.key_file: cannot read"):
+        load_config(path)
+    _deploy_secrets(tmp_path)
+    (tmp_path / "secrets" / "gateway_api_keys").unlink()
+    with pytest.raises(ConfigError, match=r"^auth\.api_keys_file: cannot read"):
+        load_config(path)
+
+
+def test_the_deploy_config_holds_no_credential() -> None:
+    text = (EXAMPLE_CONFIG.parents[1] / "deploy" / "gateway.toml").read_text(encoding="utf-8")
+    assert re.search(r"^sha256\s*=", text, re.MULTILINE) is None
+    assert "demo-key" not in text
+
+
+# -- published credentials on a listener that is not loopback ----------------------------------
+
+LOOPBACK = ["127.0.0.1", "127.8.9.10", "::1", "[::1]", "localhost", "LOCALHOST"]
+NOT_LOOPBACK = ["0.0.0.0", "::", "10.0.0.1", "192.168.1.2", "gateway.example", "", "::ffff:7f00:1"]  # noqa: S104
+
+
+@pytest.mark.parametrize("host", LOOPBACK)
+def test_published_keys_are_accepted_on_loopback_for_the_demo(tmp_path: Path, host: str) -> None:
+    data = at(valid(tmp_path), "server.host", host)
+    assert parse_config(data, base=tmp_path).server.host == host
+
+
+@pytest.mark.parametrize("published", PUBLISHED_KEYS)
+@pytest.mark.parametrize("host", NOT_LOOPBACK)
+def test_a_published_key_is_refused_on_a_listener_that_is_not_loopback(
+    tmp_path: Path, host: str, published: str
+) -> None:
+    mine = {"sha256": api_key_digest("a key nobody published"), "context": {"subject": "me"}}
+    theirs = {"sha256": api_key_digest(published), "context": {"subject": "demo"}}
+    data = at(at(valid(tmp_path), "server.host", host), "auth.api_keys", [mine, theirs])
+
+    with pytest.raises(ConfigError) as caught:
+        parse_config(data, base=tmp_path)
+
+    message = str(caught.value)
+    assert message.startswith("auth.api_keys[1]: this API key is published")
+    assert published not in message
+    assert api_key_digest(published) not in message
+
+
+def test_a_published_key_in_the_api_keys_file_is_refused_naming_that_file(
+    tmp_path: Path,
+) -> None:
+    _deploy_secrets(tmp_path, api_key="demo-key-alice")
+    secrets = tmp_path / "secrets" / "gateway_api_keys"
+
+    with pytest.raises(ConfigError) as caught:
+        load_config(_shipped(tmp_path, "deploy"))
+
+    assert str(caught.value).startswith(f"auth.api_keys_file ({secrets}) api_keys[0]: ")
+
+
+def test_a_published_jwt_secret_is_refused_on_a_listener_that_is_not_loopback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GATEWAY_TEST_PUBLISHED_SECRET", "demo-key-alice")
+    change = jwt_table(algorithms=["HS256"], secret_env="GATEWAY_TEST_PUBLISHED_SECRET")  # noqa: S106
+    data = at(change(valid(tmp_path)), "server.host", "0.0.0.0")  # noqa: S104
+    data = at(data, "auth.api_keys", ...)
+
+    with pytest.raises(ConfigError, match=r"^auth\.jwt\.secret_env: this secret is published"):
+        parse_config(data, base=tmp_path)
+
+
+def test_the_listener_check_applies_to_the_address_actually_served(tmp_path: Path) -> None:
+    config = parse_config(valid(tmp_path), base=tmp_path)
+
+    check_listener(config, "127.0.0.1")
+    with pytest.raises(ConfigError, match=r"^auth\.api_keys\[0\]: .* listener 0\.0\.0\.0"):
+        check_listener(config, "0.0.0.0")  # noqa: S104
+
+
+ROOT = EXAMPLE_CONFIG.parents[1]
+# Where this repository shows API keys: headers, demo names, sha256 entries of shipped files.
+_HEADER_KEY = re.compile(r"X-API-Key['\"]?\s*:\s*['\"]?([A-Za-z0-9._~-]{3,})", re.IGNORECASE)
+_NAMED_KEY = re.compile(r"\b(?:demo|reliability|test)-key-[a-z]+\b")
+_DIGEST = re.compile(r'sha256\s*=\s*"([0-9a-f]{64})"')
+
+
+def test_every_key_this_repository_publishes_is_on_the_published_list() -> None:
+    texts = [ROOT / "README.md", ROOT / "docker-compose.yml", ROOT / "Dockerfile"]
+    for folder in ("examples", "deploy", "tests", "reliability", "benchmarks", "policies", "docs"):
+        texts += [
+            path
+            for path in (ROOT / folder).rglob("*")
+            if path.is_file() and path.suffix in {".md", ".py", ".toml", ".yml", ".json", ".sh"}
+        ]
+    found: set[str] = set()
+    digests: set[str] = set()
+    for path in texts:
+        if not path.exists():
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        found |= set(_NAMED_KEY.findall(text))
+        if path.parent.name in ("examples", "deploy") or path.parent == ROOT:
+            found |= {key for key in _HEADER_KEY.findall(text) if "{" not in key}
+            if path.suffix == ".toml":
+                digests |= set(_DIGEST.findall(text))
+    published = {api_key_digest(key) for key in PUBLISHED_KEYS}
+
+    assert {"demo-key-alice", "demo-key-bob", "demo-key-carol"} <= found
+    assert sorted(key for key in found if key not in PUBLISHED_KEYS) == []
+    assert sorted(digest for digest in digests if digest not in published) == []

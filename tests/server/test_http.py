@@ -894,8 +894,9 @@ async def test_the_audit_trail_of_a_session_verifies(
         assert (await post_call(client, api_key, body)).status_code == status
     gateway.stop()
     capsys.readouterr()
-    assert cli_main(["audit", "verify", str(gateway.audit_path)]) == 0
-    assert capsys.readouterr().out.startswith("ok: 10 records")
+    verify_keyed = ["audit", "verify", "--config", str(gateway.config_path)]
+    assert cli_main(verify_keyed) == 0
+    assert capsys.readouterr().out.startswith(f"ok: {gateway.audit_path}: 10 records")
     records = gateway.audit_records()
     assert [r["seq"] for r in records] == list(range(1, len(records) + 1))
     by_call: dict[str, list[dict[str, Any]]] = {}
@@ -922,7 +923,7 @@ async def test_the_audit_trail_of_a_session_verifies(
     lines = gateway.audit_path.read_text(encoding="utf-8").splitlines(keepends=True)
     lines[2] = lines[2].replace('"executed"', '"rejected"', 1).replace('"allow"', '"deny"', 1)
     gateway.audit_path.write_text("".join(lines), encoding="utf-8")
-    assert cli_main(["audit", "verify", str(gateway.audit_path)]) == 1
+    assert cli_main(verify_keyed) == 1
 
 
 # -- latency (informative) ------------------------------------------------------------------
