@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -88,7 +87,7 @@ def build_service(config: GatewayConfig) -> Service:
     trail: AuditTrail | None = None
     if config.audit.enabled:
         assert config.audit.path is not None  # noqa: S101 - validated by the config
-        key = os.environ[config.audit.key_env].encode() if config.audit.key_env else None
+        key = config.audit.key
         try:
             sink = JsonlFileSink(
                 config.audit.path,
