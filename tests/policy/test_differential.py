@@ -244,7 +244,9 @@ async def _differential(
     await asyncio.to_thread(server.put_data, "", dict(sources.data))
     started = time.perf_counter()
     async with OpaRestEngine(server.url, timeout=30.0, revision_interval=0) as opa_engine:
-        mine = EmbeddedEngine(sources) if engine is None else engine
+        # A whole batch waits for the embedded workers at once: a deadline as generous as
+        # OPA's, so that a loaded machine shows as slowness, not as disagreement.
+        mine = EmbeddedEngine(sources, timeout=30.0) if engine is None else engine
         embedded, opa = await _decide_both(mine, opa_engine, cases)
     report, mismatches = _compare(cases, embedded, opa, refuses_inexact=engine is None)
     elapsed = time.perf_counter() - started
