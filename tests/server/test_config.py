@@ -307,10 +307,10 @@ modules = ["examples.example_tools:TOOLS", "tests.server.conftest:TEST_TOOLS"]
     assert len(config.tools) == 2
 
 
-def test_the_shipped_example_config_loads() -> None:
-    config = load_config(EXAMPLE_CONFIG)
-    assert config.engine.policies == POLICIES
-    assert config.audit.path == (EXAMPLE_CONFIG.parent / "../.demo/audit/audit.jsonl").resolve()
+def test_the_shipped_example_config_loads(tmp_path: Path) -> None:
+    config = load_config(_shipped(tmp_path, "examples"))
+    assert config.engine.policies == POLICIES  # through the symlink beside the copy
+    assert config.audit.path == tmp_path / "repo" / ".demo" / "audit" / "audit.jsonl"
     assert len(config.auth.api_keys) == 3
     digests = {key.sha256: key.context for key in config.auth.api_keys}
     assert digests[api_key_digest("demo-key-bob")] == {
