@@ -37,7 +37,7 @@ from gateway.server._auth import Authenticator
 from gateway.server._config import ConfigError, GatewayConfig
 from gateway.server._gateway import Gateway, expand
 from gateway.server._metrics import GatewayMetrics
-from gateway.server._service import build_engine, load_tools
+from gateway.server._service import build_engine, build_path_view, load_tools
 
 _LOG: Final = logging.getLogger("gateway.mcp")
 
@@ -69,7 +69,10 @@ class McpService:
             else None
         )
         self.authorizer = PolicyAuthorizer(
-            self.engine, path=config.engine.decision_path, cache=self.cache
+            self.engine,
+            path=config.engine.decision_path,
+            cache=self.cache,
+            path_view=build_path_view(config),
         )
         self.sink: JsonlFileSink | None = None
         self.trail: AuditTrail | None = None

@@ -47,6 +47,7 @@ from gateway.policy._errors import (
 )
 from gateway.policy._facts import FACTS_VERSION, SQL_MEDIA_TYPE, facts_json, sql_locations
 from gateway.policy._gate import GateProblem, check_policy_coverage
+from gateway.policy._paths import PathView
 from gateway.policy._rest import OpaRestEngine, OpaRestEngineSync
 from gateway.policy._sql_facts import MAX_SQL_LENGTH, sql_facts
 from gateway.policy._wasm import WasmEngine
@@ -78,6 +79,7 @@ __all__ = [
     "MalformedDecisionError",
     "OpaRestEngine",
     "OpaRestEngineSync",
+    "PathView",
     "PolicyAuthorizer",
     "PolicyEngine",
     "PolicyError",

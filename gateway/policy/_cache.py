@@ -25,6 +25,7 @@ from gateway._authorization import Authorization, Decision
 from gateway.policy._context import current_caller
 from gateway.policy._document import InputDocument
 from gateway.policy._errors import MalformedDecisionError, PolicyError
+from gateway.policy._paths import PathView
 
 Clock = Callable[[], float]
 DecisionFunction = Callable[[InputDocument], Awaitable[Decision | bool]]
@@ -263,6 +264,8 @@ class CachingAuthorizer:
         max_age: the longest a decision is reused, whatever its TTL (``None``: the cache's
             ``max_ttl`` only). An engine whose state can change without a new revision
             (OPA's data API) is only as fresh as this bound.
+        path_view: resolves the path arguments it covers on every call, so the policy
+            decides on where they lead (``input.facts``); see :class:`PathView`.
     """
 
     def __init__(
@@ -274,10 +277,12 @@ class CachingAuthorizer:
         revision: Callable[[], str] = lambda: "",
         cache: DecisionCache | None = None,
         max_age: float | None = None,
+        path_view: PathView | None = None,
     ) -> None:
         if max_age is not None and not max_age >= 0:
             raise ValueError("max_age must be >= 0")
         self._decide = decide
+        self._path_view = path_view
         self._max_age = max_age
         self._engine = engine
         self._path = path
@@ -304,7 +309,7 @@ class CachingAuthorizer:
 
     async def authorize(self, authorization: Authorization) -> Decision:
         """Decide on one authorization, through the cache when there is one."""
-        document = InputDocument(authorization, current_caller())
+        document = InputDocument(authorization, current_caller(), path_view=self._path_view)
         if self._cache is None:
             return await self._evaluate(document)
         key: CacheKey = (self._engine, self._path, self._revision(), document.digest)

@@ -15,6 +15,7 @@ from gateway._authorization import Authorization
 from gateway._definition import ToolDefinition
 from gateway.policy._context import CallerContext, current_caller
 from gateway.policy._facts import facts_json
+from gateway.policy._paths import PathView, merge_path_facts
 
 
 @functools.lru_cache(maxsize=4096)
@@ -64,9 +65,10 @@ class InputDocument:
     arguments are spliced in as their admitted bytes, so numbers reach the engine exactly.
     ``facts`` is what the gateway's parsers found in the arguments the tool's definition
     marks (see ``policies/README.md``, "Argument facts"); it is derived from the tool and
-    the arguments alone. ``digest`` identifies the whole document canonically: member order
-    and insignificant white space in the arguments do not change it; any change of tool,
-    argument value, facts or context field does.
+    the arguments alone, plus, for the path arguments a :class:`PathView` covers, where the
+    filesystem resolves them when the document is built. ``digest`` identifies the whole
+    document canonically: member order and insignificant white space in the arguments do
+    not change it; any change of tool, argument value, facts or context field does.
     """
 
     __slots__ = (
@@ -76,10 +78,18 @@ class InputDocument:
         "_definition",
         "_digest",
         "_facts",
+        "_path_view",
     )
 
-    def __init__(self, authorization: Authorization, context: CallerContext | None = None):
+    def __init__(
+        self,
+        authorization: Authorization,
+        context: CallerContext | None = None,
+        *,
+        path_view: PathView | None = None,
+    ):
         self._definition = authorization.definition
+        self._path_view = path_view
         self._arguments = authorization.arguments
         self._context = current_caller() if context is None else context
         self._canonical_arguments: bytes | None = None
@@ -115,7 +125,13 @@ class InputDocument:
     def facts_json(self) -> bytes:
         """The ``facts`` member as canonical JSON (computed once per document)."""
         if self._facts is None:
-            self._facts = facts_json(self._definition, self._canonical_args())
+            facts = facts_json(self._definition, self._canonical_args())
+            view = self._path_view
+            if view is not None and view.covers(self._definition.name):
+                # Never remembered: the same path may resolve elsewhere on the next call.
+                arguments = _json.parse(self._canonical_args(), max_depth=10_000)
+                facts = merge_path_facts(facts, view.facts(self._definition.name, arguments))
+            self._facts = facts
         return self._facts
 
     @property

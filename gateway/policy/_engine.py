@@ -10,6 +10,7 @@ from gateway.policy._cache import CachingAuthorizer, DecisionCache
 from gateway.policy._decision import read_decision
 from gateway.policy._document import InputDocument
 from gateway.policy._errors import UndefinedDecisionError
+from gateway.policy._paths import PathView
 
 #: Where the shipped policies put their decision.
 DEFAULT_DECISION_PATH: Final = "gateway/authz/decision"
@@ -92,6 +93,7 @@ class PolicyAuthorizer(CachingAuthorizer):
             the path and the engine's current revision. A decision is cached no longer
             than the engine's ``max_decision_age`` (:class:`ReuseLimitedEngine`), if it
             states one.
+        path_view: resolves the path arguments it covers, for the policy (``input.facts``).
     """
 
     def __init__(
@@ -100,6 +102,7 @@ class PolicyAuthorizer(CachingAuthorizer):
         *,
         path: str = DEFAULT_DECISION_PATH,
         cache: DecisionCache | None = None,
+        path_view: PathView | None = None,
     ) -> None:
         self._policy_engine = engine
         self._decision_path = normalize_path(path)
@@ -110,6 +113,7 @@ class PolicyAuthorizer(CachingAuthorizer):
             revision=engine.revision,
             cache=cache,
             max_age=engine.max_decision_age if isinstance(engine, ReuseLimitedEngine) else None,
+            path_view=path_view,
         )
 
     @property

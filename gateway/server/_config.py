@@ -175,6 +175,16 @@ class McpConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PathsConfig:
+    """``[paths]``: path arguments the gateway resolves on its view of the tools' files."""
+
+    # Tool name (as the policy sees it) -> JSON pointers of its path arguments.
+    resolve: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # Tool-side folder -> the folder where the gateway sees it.
+    mounts: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GatewayConfig:
     """The whole configuration."""
 
@@ -185,6 +195,7 @@ class GatewayConfig:
     server: ServerConfig
     tools: tuple[str, ...]
     mcp: McpConfig = field(default_factory=McpConfig)
+    paths: PathsConfig = field(default_factory=PathsConfig)
     source: Path | None = None
 
 
@@ -638,6 +649,25 @@ def _mcp(data: Mapping[str, Any], base: Path) -> McpConfig:
     )
 
 
+def _paths(data: Mapping[str, Any]) -> PathsConfig:
+    where = "paths."
+    _known(data, ("resolve", "mounts"), where)
+    resolve: dict[str, tuple[str, ...]] = {}
+    for tool, pointers in _table(data, "resolve", where).items():
+        key = f"{where}resolve.{tool}"
+        if not isinstance(pointers, list) or not all(
+            isinstance(p, str) and p.startswith("/") for p in pointers
+        ):
+            raise ConfigError(f'{key}: must be a list of JSON pointers such as "/path"')
+        resolve[tool] = tuple(pointers)
+    mounts: dict[str, str] = {}
+    for outer, inner in _table(data, "mounts", where).items():
+        if not (outer.startswith("/") and isinstance(inner, str) and inner.startswith("/")):
+            raise ConfigError(f"{where}mounts.{outer}: both folders must be absolute paths")
+        mounts[outer] = inner
+    return PathsConfig(resolve=resolve, mounts=mounts)
+
+
 def parse_config(
     data: Mapping[str, Any], *, base: Path, source: Path | None = None
 ) -> GatewayConfig:
@@ -646,7 +676,7 @@ def parse_config(
     Raises:
         ConfigError: the first invalid key, named in the message.
     """
-    _known(data, ("engine", "cache", "audit", "auth", "server", "tools", "mcp"), "")
+    _known(data, ("engine", "cache", "audit", "auth", "server", "tools", "mcp", "paths"), "")
     tools = _table(data, "tools", "")
     _known(tools, ("modules",), "tools.")
     modules = _strings(tools, "modules", "tools.")
@@ -664,6 +694,7 @@ def parse_config(
         server=_server(_table(data, "server", "")),
         tools=modules,
         mcp=mcp,
+        paths=_paths(_table(data, "paths", "")),
         source=source,
     )
     check_listener(config, config.server.host)

@@ -20,6 +20,7 @@ from gateway.policy import (
     DecisionCache,
     EmbeddedEngine,
     OpaRestEngine,
+    PathView,
     PolicyAuthorizer,
     PolicyEngine,
 )
@@ -60,7 +61,9 @@ def build_engine(config: GatewayConfig) -> PolicyEngine:
     if engine_config.kind == "embedded":
         assert engine_config.policies is not None  # noqa: S101 - validated by the config
         return EmbeddedEngine.from_directory(
-            engine_config.policies, warm_up_path=engine_config.decision_path
+            engine_config.policies,
+            warm_up_path=engine_config.decision_path,
+            timeout=engine_config.timeout_s,
         )
     assert engine_config.url is not None  # noqa: S101 - validated by the config
     return OpaRestEngine(
@@ -68,6 +71,13 @@ def build_engine(config: GatewayConfig) -> PolicyEngine:
         timeout=engine_config.timeout_s,
         revision_interval=engine_config.revision_interval_s,
     )
+
+
+def build_path_view(config: GatewayConfig) -> PathView | None:
+    """The view that resolves the path arguments ``[paths]`` names, if it names any."""
+    if not config.paths.resolve:
+        return None
+    return PathView(config.paths.resolve, mounts=config.paths.mounts)
 
 
 def build_service(config: GatewayConfig) -> Service:
@@ -82,7 +92,9 @@ def build_service(config: GatewayConfig) -> Service:
         if config.cache.enabled
         else None
     )
-    authorizer = PolicyAuthorizer(engine, path=config.engine.decision_path, cache=cache)
+    authorizer = PolicyAuthorizer(
+        engine, path=config.engine.decision_path, cache=cache, path_view=build_path_view(config)
+    )
     sink: JsonlFileSink | None = None
     trail: AuditTrail | None = None
     if config.audit.enabled:

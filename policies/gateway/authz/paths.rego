@@ -5,16 +5,22 @@
 #   be an absolute, canonical POSIX path inside one of the "roots" ("{tenant}"
 #   in a root is replaced by the caller's tenant). Paths are never decoded or
 #   normalised: anything that a later layer might decode or normalise into a
-#   different path is refused outright.
+#   different path is refused outright. Where the gateway sees the tool's
+#   filesystem (a PathView), input.facts says where each path really leads,
+#   every symbolic link followed; that resolved path must be inside the roots
+#   too, and a path the gateway could not resolve is refused. A tool with
+#   "require_resolved": true is refused when the gateway sends no such facts.
 package gateway.authz.paths
 
 import data.gateway.authz.lib.arg_is_string
+import data.gateway.authz.lib.argument_facts
 import data.gateway.authz.lib.arguments
 import data.gateway.authz.lib.denial
 import data.gateway.authz.lib.has_control
 import data.gateway.authz.lib.has_non_ascii
 import data.gateway.authz.lib.misconfigured
 import data.gateway.authz.lib.missing
+import data.gateway.authz.lib.pointer
 import data.gateway.authz.lib.setting
 import data.gateway.authz.lib.string_list
 import data.gateway.authz.lib.tenant
@@ -29,6 +35,8 @@ path_args := string_list(setting("path_args", []))
 max_length := setting("max_length", 4096)
 
 allow_non_ascii := setting("allow_non_ascii", false)
+
+require_resolved := setting("require_resolved", false)
 
 # The string members of the "roots" setting.
 root_settings := string_list(setting("roots", []))
@@ -82,6 +90,37 @@ inside_roots(p) if p in root_dirs
 inside_roots(p) if {
 	some dir in root_dirs
 	startswith(p, concat("", [dir, "/"]))
+}
+
+# Where the gateway resolved each string-valued path argument (input.facts), by name.
+resolution[name] := r if {
+	some name, _ in values
+	r := argument_facts[pointer(name)].path
+}
+
+# resolution_error(r) is the gateway's reason for not resolving, as text for the audit.
+resolution_error(r) := r.error if {
+	is_string(r.error)
+} else := "no result"
+
+# resolved_path(r) is the resolved path of a resolution, when it has one.
+resolved_path(r) := r.resolved if is_string(r.resolved)
+
+deny contains denial(module, "path is not allowed: it cannot be resolved", sprintf("path argument \"%s\" was not resolved by the gateway (%s)", [name, resolution_error(r)])) if {
+	some name, r in resolution
+	not resolved_path(r)
+}
+
+deny contains denial(module, "path is not allowed: it leads outside the allowed directories", sprintf("path argument \"%s\" resolves, through a symbolic link, outside every allowed root", [name])) if {
+	some name, r in resolution
+	p := resolved_path(r)
+	not inside_roots(p)
+}
+
+deny contains denial(module, misconfigured, sprintf("path argument \"%s\" has no resolved-path facts, which the tool requires", [name])) if {
+	require_resolved == true
+	some name, _ in values
+	not resolution[name]
 }
 
 deny contains denial(module, misconfigured, "filesystem tool has no path_args") if {

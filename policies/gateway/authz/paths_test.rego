@@ -218,3 +218,41 @@ test_multiple_path_args_all_checked if {
 	d.message == "path is not allowed: it is outside the allowed directories"
 	fx.has_reason(d, "path argument \"dest\" is not inside any allowed root")
 }
+
+# resolved(p, facts) is a read of p with the gateway's resolved-path facts for it.
+resolved(p, f) := d if {
+	req := fx.request("read_file", {"path": p}, fx.context(["reader"], "acme"))
+	d := data.gateway.authz.decision with input as object.union(req, {"facts": {"version": 1, "arguments": {"/path": {"path": f}}}})
+}
+
+test_a_path_resolving_inside_the_roots_is_allowed if {
+	fx.allowed(resolved("/srv/tenants/acme/a.txt", {"resolved": "/srv/tenants/acme/a.txt", "exists": true}))
+	fx.allowed(resolved("/srv/tenants/acme/link/a.txt", {"resolved": "/srv/shared/a.txt", "exists": true}))
+}
+
+test_a_symbolic_link_leading_to_another_tenant_is_denied if {
+	d := resolved("/srv/tenants/acme/link/pay.csv", {"resolved": "/srv/tenants/globex/pay.csv", "exists": true})
+	d.message == "path is not allowed: it leads outside the allowed directories"
+	fx.has_reason(d, "resolves, through a symbolic link, outside every allowed root")
+}
+
+test_a_path_the_gateway_could_not_resolve_is_denied if {
+	every f in [
+		{"resolved": null, "error": "loop"},
+		{"resolved": null, "error": "outside_view"},
+		{"resolved": 7},
+		{},
+		"garbage",
+	] {
+		d := resolved("/srv/tenants/acme/a.txt", f)
+		d.message == "path is not allowed: it cannot be resolved"
+	}
+}
+
+test_a_tool_requiring_resolution_is_denied_without_facts if {
+	req := fx.request("read_file", {"path": "/srv/tenants/acme/a.txt"}, fx.context(["reader"], "acme"))
+	d := data.gateway.authz.decision with input as req
+		with data.gateway.config.tools.read_file.require_resolved as true
+	fx.has_reason(d, "has no resolved-path facts, which the tool requires")
+	fx.allowed(resolved("/srv/tenants/acme/a.txt", {"resolved": "/srv/tenants/acme/a.txt", "exists": false})) with data.gateway.config.tools.read_file.require_resolved as true
+}
