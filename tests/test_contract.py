@@ -7,6 +7,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
+from decimal import Decimal
 from typing import Annotated, Any
 
 import jsonschema
@@ -29,6 +30,7 @@ from gateway import (
     Tool,
     ToolCall,
     ToolDefinition,
+    _json,
     bind,
 )
 from tests.helpers import (
@@ -1030,3 +1032,150 @@ def test_property_schemas_are_valid_and_direct_validation_asserts_formats() -> N
     for schema in SCHEMAS.values():
         jsonschema.Draft202012Validator.check_schema(schema)
     assert _validator(DATE_TIME_SCHEMA).is_valid({"when": "not a date"}) is False
+
+
+# --- refusals never quote an argument value (schema, strict JSON, validators, Func) ---------
+
+_MARKER_TEXT = st.text("abcdefghijklmnopqrstuvwxyz", min_size=10, max_size=10).map(
+    lambda s: "Qz" + s
+)
+_MARKER_INT = st.integers(min_value=10**11, max_value=10**12)
+_SMALL = st.integers(min_value=0, max_value=5)
+_DECLARED = ("a", "b", "c")
+_FORMATS = ("date-time", "email", "hostname", "ipv4", "uri", "uuid", "regex", "duration")
+
+
+def _subschemas() -> st.SearchStrategy[Any]:
+    leaf = st.one_of(
+        st.builds(lambda t: {"type": t}, st.sampled_from(["integer", "string", "null", "array"])),
+        st.builds(lambda n: {"minLength": n + 20}, _SMALL),
+        st.builds(lambda n: {"maxLength": n}, _SMALL),
+        st.builds(lambda n: {"maximum": n}, _SMALL),
+        st.builds(lambda n: {"exclusiveMinimum": n + 10**13}, _SMALL),
+        st.builds(lambda n: {"multipleOf": n + 7}, _SMALL),
+        st.just({"multipleOf": Decimal("0.5")}),
+        st.builds(lambda f: {"format": f}, st.sampled_from(_FORMATS)),
+        st.just({"pattern": "^[0-9]+$"}),
+        st.just({"enum": [1, "x", None]}),
+        st.just({"const": 3}),
+        st.just({"uniqueItems": True}),
+        st.builds(lambda n: {"maxItems": n}, _SMALL),
+        st.just({"contains": {"type": "boolean"}}),
+        st.just({"not": {}}),
+        st.just(False),
+    )
+    return st.recursive(
+        leaf,
+        lambda inner: st.one_of(
+            st.builds(lambda s: {"items": s}, inner),
+            st.builds(lambda s: {"prefixItems": [s, s]}, inner),
+            st.builds(lambda s: {"additionalProperties": s}, inner),
+            st.builds(lambda s: {"patternProperties": {"^Qz": s}}, inner),
+            st.builds(lambda s: {"propertyNames": s}, inner),
+            st.builds(lambda s: {"unevaluatedProperties": s}, inner),
+            st.builds(lambda s, t: {"anyOf": [s, t]}, inner, inner),
+            st.builds(lambda s, t: {"oneOf": [s, t]}, inner, inner),
+            st.builds(lambda s: {"properties": {"a": s}, "required": ["a"]}, inner),
+            st.just({"dependentRequired": {"b": ["c"]}}),
+            st.builds(lambda n: {"minProperties": n + 10}, _SMALL),
+        ),
+        max_leaves=6,
+    )
+
+
+def _arguments(text: str, number: int) -> st.SearchStrategy[Any]:
+    scalar = st.sampled_from(
+        [text, f"{text}\n", f"x{text}y", number, -number, Decimal(f"{number}.5"), f'"{text}"']
+    )
+    values = st.recursive(
+        scalar,
+        lambda inner: st.one_of(
+            st.lists(inner, max_size=3),
+            st.dictionaries(st.sampled_from([*_DECLARED, text, f"{text}/~"]), inner, max_size=3),
+        ),
+        max_leaves=6,
+    )
+    return st.dictionaries(st.sampled_from([*_DECLARED, text, f"k{text}"]), values, max_size=4)
+
+
+def _refusal(contract: Contract, raw: str) -> str | None:
+    try:
+        contract.prepare(call(raw))
+    except InvalidInvocationError as exc:
+        return str(exc)
+    return None
+
+
+def _leaks(message: str, text: str, number: int) -> list[str]:
+    forms = [text, repr(text), json.dumps(text), str(number), repr(Decimal(f"{number}.5"))]
+    return [form for form in forms if form in message]
+
+
+@given(st.data())
+def test_property_a_schema_refusal_never_quotes_an_argument_value_or_member_name(
+    data: st.DataObject,
+) -> None:
+    text, number = data.draw(_MARKER_TEXT), data.draw(_MARKER_INT)
+    schema = {
+        "type": "object",
+        "properties": {name: data.draw(_subschemas()) for name in _DECLARED},
+        "additionalProperties": data.draw(_subschemas()),
+    }
+    contract = bind(StubTool(schema=schema)).contract
+    raw = _json.canonical(data.draw(_arguments(text, number))).decode()
+
+    message = _refusal(contract, raw)
+    event("admitted" if message is None else message.rsplit("(", 1)[-1])
+    assert _leaks(message or "", text, number) == []
+
+
+@given(_MARKER_TEXT, _MARKER_INT, st.integers(min_value=0, max_value=30))
+def test_property_a_strict_json_refusal_never_quotes_the_document(
+    text: str, number: int, cut: int
+) -> None:
+    contract = bind(StubTool(schema=OBJECT_SCHEMA)).contract
+    documents = [
+        f'{{"{text}":1,"{text}":2}}',
+        f'{{"a":"{text}\\ud800"}}',
+        f'{{"a":"{text}\\ufdd0"}}',
+        f'{{"a":{text}}}',
+        f'{{"a":"{text}\\q"}}',
+        f'{{"a":{number}, "{text}"}}',
+        f'{{"a":"{text}"}}'[:cut],
+    ]
+    for raw in documents:
+        assert _leaks(_refusal(contract, raw) or "", text, number) == []
+
+
+@given(_MARKER_TEXT)
+def test_property_an_input_validator_refusal_never_quotes_the_validator_text(text: str) -> None:
+    error = ValueError(f"value {text!r} is not allowed")
+    contract = bind(ValidatingTool(RecordingValidator(error))).contract
+
+    with pytest.raises(InvalidInvocationError) as info:
+        contract.prepare(call(json.dumps({"a": text})))
+    assert _leaks(str(info.value), text, 0) == []
+    assert info.value.__cause__ is error
+
+
+def test_schema_refusals_name_the_pointer_and_keyword_in_plain_words() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "items": {"type": "array", "items": {"type": "integer"}},
+            "amount": {"maximum": 100},
+            "a/b": {"type": "string"},
+        },
+        "additionalProperties": {"type": "string"},
+    }
+    contract = bind(StubTool(schema=schema)).contract
+    cases = {
+        '{"items":[1,2,1.5]}': "/items/2: must be an integer (type)",
+        '{"amount":1000}': "/amount: must be at most 100 (maximum)",
+        '{"a/b":1}': "/a~1b: must be a string (type)",
+        '{"secret-name":1}': "/*: must be a string (type)",
+    }
+    for raw, message in cases.items():
+        with pytest.raises(InvalidInvocationError) as info:
+            contract.prepare(call(raw))
+        assert str(info.value) == INVOCATION + "arguments: " + message

@@ -767,3 +767,62 @@ async def test_a_blocking_sync_function_does_not_block_the_event_loop() -> None:
 
 def _json(value: object) -> str:
     return json.dumps(value)
+
+
+# --- decoding refusals never quote an argument value or an undeclared member name -----------
+
+
+class _Shape(pydantic.BaseModel):
+    kind: Literal["circle"]
+    radius: float
+
+
+class _Square(pydantic.BaseModel):
+    kind: Literal["square"]
+    side: float
+
+
+def _secretive(
+    scores: dict[str, int],
+    shape: Annotated[_Shape | _Square, pydantic.Field(discriminator="kind")],
+    n: Annotated[int, pydantic.AfterValidator(must_be_even)] = 2,
+) -> str:
+    return "ok"
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        pytest.param({"scores": {"MARKER": "MARKER"}, "shape": {"kind": "circle", "radius": 1}}),
+        pytest.param({"scores": {}, "shape": {"kind": "MARKER", "radius": 1}}, id="union_tag"),
+        pytest.param({"scores": {}, "shape": {"kind": "circle", "radius": "MARKER"}}),
+        pytest.param({"scores": {}, "shape": {"kind": "circle", "radius": 1}, "MARKER": 1}),
+        pytest.param({"scores": {}, "shape": {"kind": "circle", "radius": 1}, "n": 987654321}),
+        pytest.param({"scores": [987654321], "shape": None}, id="wrong_containers"),
+    ],
+)
+def test_decoding_refusals_never_quote_a_value_or_an_undeclared_member_name(
+    arguments: dict[str, Any],
+) -> None:
+    tool = Func(_secretive)
+    contract = bind(tool).contract
+    raw = json.dumps(arguments)
+    with pytest.raises(InvalidInvocationError) as refused:
+        contract.prepare(ToolCall("call", "_secretive", raw))
+    # The strict decoder on its own, as at call time and where the schema would admit.
+    with pytest.raises(ValueError, match=r"^decode: ") as decoded:
+        tool.input_validator()(raw.encode())
+    for marker in ("MARKER", "987654321"):
+        assert marker not in str(refused.value)
+        assert marker not in str(decoded.value)
+
+
+def test_a_pydantic_only_format_leaves_the_derived_schema_and_the_decoder_enforces_it() -> None:
+    def upload(data: bytes) -> str:
+        return str(len(data))
+
+    tool = Func(upload)
+    schema = json.loads(tool.definition().input_schema_json)
+
+    assert "format" not in schema["properties"]["data"]
+    bind(tool)

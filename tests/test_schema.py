@@ -261,3 +261,272 @@ def test_validate_names_the_failing_location(instance: object, message: str) -> 
 
 def test_schema_error_is_a_value_error() -> None:
     assert issubclass(SchemaError, ValueError)
+
+
+# --- references follow the specification's base-URI rules --------------------------------
+
+
+def _admits(schema: dict[str, Any], value: Any) -> bool:
+    compiled = compile_schema(_json.canonical(schema))
+    try:
+        compiled.validate(_json.parse(_json.canonical(value)))
+    except ValueError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        pytest.param(
+            {
+                "$defs": {
+                    "inner": {
+                        "$id": "https://example.com/inner.json",
+                        "$defs": {"n": {"type": "integer"}},
+                        "$ref": "#/$defs/n",
+                    }
+                },
+                "$ref": "https://example.com/inner.json",
+            },
+            id="nested_id_with_local_defs",
+        ),
+        pytest.param(
+            {
+                "$id": "https://example.com/root.json",
+                "$defs": {
+                    "a": {"$id": "folder/", "$defs": {"n": {"$ref": "num.json"}}},
+                    "num": {"$id": "folder/num.json", "type": "integer"},
+                },
+                "$ref": "folder/#/$defs/n",
+            },
+            id="relative_id_against_nested_base",
+        ),
+        pytest.param(
+            {"$defs": {"n": {"$anchor": "num", "type": "integer"}}, "$ref": "#num"},
+            id="anchor",
+        ),
+        pytest.param(
+            {
+                "$id": "https://example.com/r.json",
+                "$dynamicAnchor": "node",
+                "$defs": {"n": {"$dynamicAnchor": "node", "type": "integer"}},
+                "$dynamicRef": "#node",
+                "type": "integer",
+            },
+            id="dynamic_anchor",
+        ),
+        pytest.param(
+            {"type": "integer", "enum": [{"$ref": "https://nowhere.invalid/x"}, 1, 2]},
+            id="enum_data_that_looks_like_a_reference",
+        ),
+        pytest.param(
+            {"type": "integer", "not": {"const": {"$dynamicRef": "#missing"}}},
+            id="const_data_that_looks_like_a_reference",
+        ),
+    ],
+)
+def test_references_resolve_by_base_uri_and_data_is_never_taken_for_a_reference(
+    schema: dict[str, Any],
+) -> None:
+    assert _admits(schema, 1) is True
+    assert _admits(schema, "text") is False
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        pytest.param({"$ref": "https://example.com/other.json"}, id="absolute"),
+        pytest.param({"$id": "https://example.com/a/", "$ref": "b.json"}, id="relative_to_id"),
+        pytest.param(
+            {"$defs": {"x": {"$id": "https://example.com/x/", "$ref": "y.json"}}},
+            id="relative_to_nested_id_never_used",
+        ),
+        pytest.param({"$ref": "#/$defs/missing"}, id="missing_pointer"),
+        pytest.param({"$ref": "#nowhere"}, id="missing_anchor"),
+        pytest.param({"$dynamicRef": "https://example.com/d.json#node"}, id="dynamic_external"),
+        pytest.param(
+            {"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "file:///etc/passwd"}}},
+            id="reached_only_through_another_reference",
+        ),
+    ],
+)
+def test_external_or_unresolvable_references_are_refused_at_compile(
+    schema: dict[str, Any],
+) -> None:
+    with pytest.raises(SchemaError, match="is external or does not resolve"):
+        compile_schema(_json.canonical(schema))
+
+
+# --- integer-valued decimals are integers; numbers compare exactly at any size -------------
+
+
+@pytest.mark.parametrize(
+    "keyword", ["maxProperties", "minProperties", "maxItems", "minItems", "maxLength", "minLength"]
+)
+def test_integer_valued_decimals_in_a_schema_are_integers(keyword: str) -> None:
+    compile_schema(b'{"%s":2.0}' % keyword.encode())
+    compile_schema(b'{"%s":2.000e0}' % keyword.encode())
+    with pytest.raises(SchemaError, match=re.escape(f"/{keyword}: must be an integer (type)")):
+        compile_schema(b'{"%s":2.5}' % keyword.encode())
+
+
+@pytest.mark.parametrize(
+    ("divisor", "value", "multiple"),
+    [
+        ("0.5", "1e308", True),
+        ("0.5", "123456789012345678901234567890", True),
+        ("0.5", "123456789012345678901234567890.5", True),
+        ("0.5", "123456789012345678901234567890.25", False),
+        ("0.0001", "1e308", True),
+        ("3", "1e308", False),
+        ("1e-300", "1", True),
+        ("0.3", "1e999999", False),
+        ("2.5", "1e999999", True),
+        ("7", "7" + "0" * 4000, True),
+        ("1e400", "2e400", True),
+        ("1e400", "1e399", False),
+    ],
+)
+def test_multiple_of_is_exact_at_any_size(divisor: str, value: str, multiple: bool) -> None:
+    schema = compile_schema(f'{{"multipleOf":{divisor}}}'.encode())
+    admitted = _admits_raw(schema, value)
+
+    assert admitted is multiple
+
+
+def _admits_raw(schema: Any, raw: str) -> bool:
+    try:
+        schema.validate(_json.parse(raw.encode()))
+    except ValueError:
+        return False
+    return True
+
+
+# --- ECMA-262 patterns --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pattern", "text", "matches"),
+    [
+        ("^[a-z]+$", "abc", True),
+        ("^[a-z]+$", "abc\n", False),
+        ("^\\d+$", "123", True),
+        ("^\\d+$", "\u0661\u0662", False),
+        ("^\\w+$", "abc_1", True),
+        ("^\\w+$", "\u00e9t\u00e9", False),
+        ("^\\p{Letter}+$", "\u00e9t\u00e9", True),
+        ("^\\p{Letter}+$", "123", False),
+        ("^\\s$", "\u00a0", True),
+        ("a", "xax", True),
+        ("^.$", "\U0001f600", True),
+    ],
+)
+def test_pattern_and_pattern_properties_use_ecma_262_with_the_u_flag(
+    pattern: str, text: str, matches: bool
+) -> None:
+    by_value = {"properties": {"w": {"type": "string", "pattern": pattern}}}
+    by_name = {"patternProperties": {pattern: {"type": "integer"}}, "additionalProperties": True}
+    closed = {"patternProperties": {pattern: True}, "additionalProperties": False}
+    unevaluated = {"patternProperties": {pattern: True}, "unevaluatedProperties": False}
+    # A subschema that names its own $schema keeps the gateway's rules.
+    nested = {
+        "$defs": {
+            "w": {
+                "$id": "urn:w",
+                "$schema": "https://json-schema.org/draft/2020-12/schema",
+                "pattern": pattern,
+            }
+        },
+        "properties": {"w": {"$ref": "urn:w"}},
+    }
+
+    assert _admits(by_value, {"w": text}) is matches
+    assert _admits(by_name, {text: "not an integer"}) is not matches
+    assert _admits(closed, {text: 1}) is matches
+    assert _admits(unevaluated, {text: 1}) is matches
+    assert _admits(nested, {"w": text}) is matches
+
+
+@pytest.mark.parametrize("pattern", ["(?P<n>a)", "\\Z", "(?i)a", "\\a", "[", "a{2,1}"])
+def test_a_pattern_that_is_not_ecma_262_is_refused_at_compile(pattern: str) -> None:
+    for schema in ({"pattern": pattern}, {"patternProperties": {pattern: True}}):
+        with pytest.raises(SchemaError, match=re.escape('must be a valid "regex"')):
+            compile_schema(_json.canonical(schema))
+
+
+# --- formats: every asserted format has a strict checker ------------------------------------
+
+VALID_FORMATS = {
+    "date-time": ["1998-12-31T23:59:60Z", "1998-12-31T15:59:60.123-08:00", "2024-02-29t01:02:03z"],
+    "date": ["2024-02-29"],
+    "time": ["23:59:60Z", "00:29:60-23:30", "08:30:06.283185+01:00"],
+    "duration": ["P1Y2M3DT4H5M6S", "P4W", "PT36H", "P1D"],
+    "email": ['"quoted space"@example.com', "joe@[IPv6:::1]", "a.b@example.com"],
+    "idn-email": ["\uc2e4\ub840@\uc2e4\ub840.\ud14c\uc2a4\ud2b8"],
+    "hostname": ["example.com", "xn--4gbwdl.xn--wgbh1c", "a-1"],
+    "idn-hostname": ["\uc2e4\ub840.\ud14c\uc2a4\ud2b8"],
+    "ipv4": ["192.168.0.1"],
+    "ipv6": ["::1", "::ffff:192.168.0.1"],
+    "uri": ["http://example.com/a?b#c", "urn:isbn:0451450523"],
+    "uri-reference": ["/a/b", "#frag", ""],
+    "iri": ["http://\u0192\u00f8\u00f8.\u00df\u00e5r/?\u2202\u00e9\u0153=\u03c0\u00eex#\u03c0"],
+    "iri-reference": ["//\u0192\u00f8\u00f8.\u00df\u00e5r/"],
+    "uuid": ["2eb8aa08-aa98-11ea-b4aa-73b441d16380"],
+    "uri-template": ["http://example.com/{+path}{?q,lang}", "{v:1000}", "{%41}"],
+    "json-pointer": ["/a/~0~1", ""],
+    "relative-json-pointer": ["0#", "100/a"],
+    "regex": ["(?<n>a)\\k<n>", "\\p{Letter}"],
+}
+INVALID_FORMATS = {
+    "date-time": ["1998-12-31T22:59:60Z", "1985-04-12T23:20:50", "1985-04-12T23:20:5\u0661Z"],
+    "date": ["2023-02-29", "2024-1-01"],
+    "time": ["22:59:60Z", "12:00:00"],
+    "duration": ["PT0.5S", "P1Y2D", "-P1D", "P1WT1H", "P"],
+    "email": [".a@example.com", "a..b@example.com", "a@", "@a", "a b@example.com"],
+    "idn-email": ["no-at-sign"],
+    "hostname": ["example.", "-a.com", "a_b.com", "xn--X", "\u212aelvin.example"],
+    "idn-hostname": ["example.", "0a.\u05d0", "example\u3002"],
+    "ipv4": ["192.168.0.01", "256.0.0.1", "\u0661.1.1.1"],
+    "ipv6": ["::1%eth0", "1:2:3", "::ffff:192.168.0.01"],
+    "uri": ["/relative", "http://[::ffff:01.2.3.4]", "http://a b"],
+    "uri-reference": ["\\\\windows\\path", "#a#b"],
+    "iri": ["/abc", "http://2001:0db8::1"],
+    "iri-reference": ["#\u0192r\u00e4g\\m\u00eant"],
+    "uuid": ["2eb8aa08-aa98-11ea-b4aa-73b441d16380-", "2eb8aa08aa9811eab4aa73b441d16380"],
+    "uri-template": ["{a..b}", "{v:01}", "a b", "{a,}", "{var=def}"],
+    "json-pointer": ["a", "/~2"],
+    "relative-json-pointer": ["01", "-1", "\u0661/a"],
+    "regex": ["(?P<n>a)", "\\a"],
+}
+
+
+# Pointer tokens and regular expressions may hold any character, a newline included.
+TEXT_IN_GRAMMAR = ("json-pointer", "relative-json-pointer", "regex")
+
+
+def test_every_format_the_gateway_asserts_is_covered_here() -> None:
+    from gateway._formats import CHECKERS
+
+    assert set(VALID_FORMATS) == set(INVALID_FORMATS) == set(CHECKERS)
+
+
+@pytest.mark.parametrize("name", sorted(VALID_FORMATS))
+def test_each_format_admits_its_grammar_and_refuses_variants_and_trailing_newlines(
+    name: str,
+) -> None:
+    schema = {"format": name}
+    for text in VALID_FORMATS[name]:
+        assert _admits(schema, text) is True, text
+        if name not in TEXT_IN_GRAMMAR:
+            assert _admits(schema, text + "\n") is False, text
+            assert _admits(schema, " " + text) is False, text
+    for text in INVALID_FORMATS[name]:
+        assert _admits(schema, text) is False, text
+    assert _admits(schema, 12) is True  # a format constrains strings only
+
+
+@pytest.mark.parametrize("name", ["unknown", "int64", "binary", "password", "color"])
+def test_a_format_without_a_checker_is_refused_at_compile(name: str) -> None:
+    with pytest.raises(SchemaError, match=re.escape(f"format {name!r} has no checker")):
+        compile_schema(_json.canonical({"properties": {"x": {"format": name}}}))
