@@ -14,10 +14,9 @@ EXPECTED_LINES = [
     "tools: add, read_file",
     "- alice adds: ran: 5",
     "- alice sends 1.0 as an integer: refused at admission: tool: invalid invocation: "
-    "arguments: decode: at /a: Input should be a valid integer",
+    "arguments: decode: /a: Input should be a valid integer (int_type)",
     "- alice sends an unknown member: refused at admission: tool: invalid invocation: "
-    "arguments: validate value: at /: Additional properties are not allowed "
-    "('c' was unexpected)",
+    "arguments: (root): has a member the schema does not allow (additionalProperties)",
     "- alice reads her tenant's file: ran: contents of /srv/tenants/acme/report.txt",
     "- alice tries path traversal: denied by policy (rejected): path is not allowed: "
     "'.' and '..' segments are not allowed",

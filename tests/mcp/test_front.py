@@ -104,7 +104,7 @@ async def test_stdio_gateway_serves_allowed_calls_and_refuses_the_rest_before_th
     assert _code(denied) == "denied"
     assert invalid.is_error
     assert _code(invalid) == "invalid_arguments"
-    assert "is not of type 'string'" in _text(invalid)
+    assert "must be a string (type)" in _text(invalid)
     assert unknown.is_error
     assert _text(unknown) == "unknown tool 'delete_everything'"
     assert _code(unknown) == "unknown_tool"
@@ -328,7 +328,7 @@ async def test_arguments_that_are_not_an_object_are_refused_by_admission_not_the
     for result in results:
         assert result.is_error
         assert _code(result) == "invalid_arguments"
-        assert "is not of type 'object'" in _text(result)
+        assert "must be an object (type)" in _text(result)
     assert tool.calls == []
     assert [(r["outcome"], r["code"]) for r in sink.records] == [
         ("invalid", "invalid_arguments")
