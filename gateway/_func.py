@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import inspect
 import math
+import re
 from collections.abc import Callable
 from typing import Any, Final, overload
 
@@ -109,6 +110,9 @@ def _declared_names(schema: Any) -> frozenset[str]:
     return frozenset(names)
 
 
+_OVERFLOW_RISK: Final = re.compile(rb"[0-9][eE]|[0-9]{309}")
+
+
 def _non_finite(value: object) -> bool:
     # A number too large for a float decodes to inf where the annotation does not refuse it
     # (Any, object, nested models with their own config); the seed refuses it.
@@ -137,7 +141,9 @@ def _decode(
         decoded = model.model_validate_json(raw, strict=True)
     except pydantic.ValidationError as exc:
         raise ValueFreeRefusalError(_describe(exc, declared)) from None
-    if _non_finite(decoded):
+    # Only a number literal with an exponent or of 309 digits or more can overflow a float:
+    # without one in the bytes, the walk over the decoded value is skipped.
+    if _OVERFLOW_RISK.search(raw) is not None and _non_finite(decoded):
         raise ValueFreeRefusalError("decode: numbers must be finite")
     return decoded
 

@@ -105,12 +105,13 @@ def _pattern_properties(
                 yield from validator.descend(item, subschema, path=key, schema_path=pattern)
 
 
-def _additional(instance: Mapping[str, Any], schema: Mapping[str, Any]) -> Iterator[str]:
+def _additional(instance: Mapping[str, Any], schema: Mapping[str, Any]) -> list[str]:
     properties = schema.get("properties", {})
-    patterns = list(schema.get("patternProperties", {}))
-    for key in instance:
-        if key not in properties and not any(_matches(p, key) for p in patterns):
-            yield key
+    patterns = schema.get("patternProperties")
+    extras = [key for key in instance if key not in properties]
+    if patterns and extras:
+        extras = [key for key in extras if not any(_matches(p, key) for p in patterns)]
+    return extras
 
 
 def _additional_properties(
@@ -118,7 +119,7 @@ def _additional_properties(
 ) -> Iterator[Any]:
     if not validator.is_type(instance, "object"):
         return
-    extras = list(_additional(instance, schema))
+    extras = _additional(instance, schema)
     if validator.is_type(additional, "object"):
         for extra in extras:
             yield from validator.descend(instance[extra], additional, path=extra)
@@ -225,14 +226,15 @@ def _extend(cls: type[Validator]) -> type[Validator]:
 
 
 def _evolve(self: Any, **changes: Any) -> Any:
+    # On the hot path (every subschema descended): the common case costs one lookup.
     schema = changes.setdefault("schema", self.schema)
-    named = None
-    if isinstance(schema, dict) and isinstance(schema.get("$schema"), str):
+    cls = type(self)
+    if type(schema) is dict and "$schema" in schema and isinstance(schema["$schema"], str):
         named = jsonschema.validators.validator_for(schema, default=None)  # type: ignore[arg-type]
-    cls = type(self) if named is None else _GATEWAY_CLASSES.get(named, type(self))
-    for field in attrs.fields(type(self)):
-        if field.init and field.alias not in changes:
-            changes[field.alias] = getattr(self, field.name)
+        cls = cls if named is None else _GATEWAY_CLASSES.get(named, cls)
+    for name, alias in _INIT_FIELDS[cls]:
+        if alias not in changes:
+            changes[alias] = getattr(self, name)
     return cls(**changes)
 
 
@@ -247,6 +249,10 @@ for _draft in (
     jsonschema.Draft202012Validator,
 ):
     _GATEWAY_CLASSES[_draft] = _extend(_draft)
+_INIT_FIELDS: Final = {
+    cls: tuple((f.name, f.alias) for f in attrs.fields(cls) if f.init)  # type: ignore[arg-type]
+    for cls in _GATEWAY_CLASSES.values()
+}
 
 
 # --- refusal messages ---------------------------------------------------------------------

@@ -686,6 +686,8 @@ def representations(
         pytest.param('{"value":1e999}', id="case35_any_overflow"),
         pytest.param('{"value":[{"x":-1e400}]}', id="any_nested_overflow"),
         pytest.param('{"real":1e999}', id="float_overflow"),
+        pytest.param('{"real":' + "9" * 400 + "}", id="float_overflow_without_exponent"),
+        pytest.param('{"value":[{"x":-' + "9" * 309 + ".5}]}", id="any_overflow_without_exponent"),
         pytest.param('{"number":true}', id="bool_for_int"),
     ],
 )
