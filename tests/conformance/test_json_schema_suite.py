@@ -70,7 +70,7 @@ FILE_NAMES = sorted({test.file for test in ALL_TESTS})
 def test_every_draft_2020_12_file_of_the_suite_is_vendored_and_run() -> None:
     on_disk = sorted(p.relative_to(SCHEMA_SUITE).as_posix() for p in SCHEMA_SUITE.rglob("*.json"))
 
-    assert FILE_NAMES == on_disk
+    assert on_disk == FILE_NAMES
     assert len(ALL_TESTS) == 2225
 
 
