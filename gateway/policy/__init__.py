@@ -11,6 +11,7 @@ from gateway.policy._bundle import (
     VerificationKey,
     build_bundle,
     read_bundle,
+    read_policy_data,
 )
 from gateway.policy._cache import (
     DEFAULT_MAX_TTL,
@@ -29,7 +30,6 @@ from gateway.policy._context import (
 )
 from gateway.policy._decision import read_decision
 from gateway.policy._document import InputDocument
-from gateway.policy._embedded import EmbeddedEngine, PolicyLoadError, PolicySources
 from gateway.policy._engine import (
     DEFAULT_DECISION_PATH,
     EngineAnswer,
@@ -43,6 +43,7 @@ from gateway.policy._errors import (
     EngineUnavailableError,
     MalformedDecisionError,
     PolicyError,
+    PolicyLoadError,
     UndefinedDecisionError,
 )
 from gateway.policy._facts import FACTS_VERSION, SQL_MEDIA_TYPE, facts_json, sql_locations
@@ -50,7 +51,7 @@ from gateway.policy._gate import GateProblem, check_policy_coverage
 from gateway.policy._paths import PathView
 from gateway.policy._rest import OpaRestEngine, OpaRestEngineSync
 from gateway.policy._sql_facts import MAX_SQL_LENGTH, sql_facts
-from gateway.policy._wasm import WasmEngine
+from gateway.policy._wasm import EmbeddedEngine, WasmEngine
 
 __all__ = [
     "DEFAULT_DECISION_PATH",
@@ -84,7 +85,6 @@ __all__ = [
     "PolicyEngine",
     "PolicyError",
     "PolicyLoadError",
-    "PolicySources",
     "PollResult",
     "UndefinedDecisionError",
     "VerificationKey",
@@ -97,6 +97,7 @@ __all__ = [
     "normalize_path",
     "read_bundle",
     "read_decision",
+    "read_policy_data",
     "sql_facts",
     "sql_locations",
 ]

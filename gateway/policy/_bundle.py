@@ -27,7 +27,7 @@ from typing import Any, Final
 import jwt
 
 from gateway import _json
-from gateway.policy._errors import PolicyError
+from gateway.policy._errors import PolicyError, PolicyLoadError
 
 #: Default bound on a bundle's unpacked size.
 DEFAULT_MAX_BUNDLE_BYTES: Final = 64 << 20
@@ -46,10 +46,8 @@ _ALGORITHMS: Final = frozenset(
 )
 
 
-class BundleError(PolicyError):
+class BundleError(PolicyLoadError):
     """A bundle that cannot be read, fails verification, or does not load."""
-
-    code = "policy_load_error"
 
 
 @dataclass(frozen=True, slots=True)
@@ -474,6 +472,41 @@ class BundlePoller:
 # -- building (with the opa binary) ---------------------------------------------------------
 
 
+def policy_files(root: str | os.PathLike[str]) -> list[Path]:
+    """The files of a policy directory a bundle is built from, sorted.
+
+    Every ``*.rego`` except ``*_test.rego``, and every ``data.json``, below ``root``.
+    """
+    return [
+        path
+        for path in sorted(Path(root).rglob("*"))
+        if path.is_file()
+        and (
+            (path.suffix == ".rego" and not path.name.endswith("_test.rego"))
+            or path.name == "data.json"
+        )
+    ]
+
+
+def read_policy_data(root: str | os.PathLike[str]) -> Any:
+    """The data document of a policy directory: its ``data.json`` files merged, as OPA does.
+
+    For reading the configuration the policies hold (non-integer numbers become floats).
+
+    Raises:
+        BundleError: a file is unreadable, not a JSON object, or two of them overlap.
+    """
+    base = Path(root)
+    files: dict[str, bytes] = {}
+    try:
+        for path in policy_files(base):
+            if path.name == "data.json":
+                files[path.relative_to(base).as_posix()] = path.read_bytes()
+    except OSError as exc:
+        raise BundleError("policy data is unreadable", detail=str(exc)[:_MAX_DETAIL]) from None
+    return _json.parse_trusted(_merge_data(files), exact=False)
+
+
 def build_bundle(
     opa_binary: str | os.PathLike[str],
     policy_dir: str | os.PathLike[str],
@@ -498,24 +531,18 @@ def build_bundle(
     import tempfile  # noqa: PLC0415
 
     root = Path(policy_dir)
-    sources = [
-        path
-        for path in sorted(root.rglob("*"))
-        if path.is_file()
-        and (
-            (path.suffix == ".rego" and not path.name.endswith("_test.rego"))
-            or path.name == "data.json"
-        )
-    ]
+    sources = policy_files(root)
     if not any(path.suffix == ".rego" for path in sources):
         raise BundleError("no policy to build")
+    # opa runs in the staging directory: a relative path to it must not change meaning.
+    binary = str(Path(opa_binary).resolve()) if os.sep in str(opa_binary) else str(opa_binary)
     with tempfile.TemporaryDirectory(prefix="gateway-bundle-") as staging:
         for path in sources:
             target = Path(staging, path.relative_to(root))
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, target)
         target = Path(output).resolve()
-        command = [str(opa_binary), "build", "-b", "-t", "wasm", "-o", str(target)]
+        command = [binary, "build", "-b", "-t", "wasm", "-o", str(target)]
         for entrypoint in entrypoints:
             command += ["-e", entrypoint]
         if revision is not None:
@@ -538,5 +565,7 @@ def build_bundle(
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise BundleError("opa build did not run", detail=str(exc)[:_MAX_DETAIL]) from None
     if result.returncode != 0:
-        raise BundleError("opa build failed", detail=result.stderr[-_MAX_DETAIL:])
+        # opa prints its compile errors (file:line: what) on stdout, other failures on stderr.
+        report = (result.stdout + result.stderr).strip()
+        raise BundleError("opa build failed", detail=report[:_MAX_DETAIL])
     return target

@@ -1,10 +1,12 @@
 """Why a policy engine produced no decision, each with its own stable code.
 
 These are causes sealed inside :class:`gateway.AuthorizationError`; the caller sees only the
-code, never the message. Engine-internal detail (OPA's error body, a regorus message) stays
-on the exception for the audit trail::
+code, never the message. Engine-internal detail (OPA's error body, a wasm trap) stays on the
+exception for the audit trail::
 
     PolicyError (GatewayError)
+    ├── PolicyLoadError          a policy bundle or directory that does not load
+    │   └── BundleError          a bundle unreadable, unverified or refused
     ├── UndefinedDecisionError   the decision document is undefined
     ├── MalformedDecisionError   it is defined but not a boolean or a decision object
     ├── EngineUnavailableError   the engine cannot be reached (refused, reset, not loaded)
@@ -29,6 +31,12 @@ class PolicyError(GatewayError):
         super().__init__(message)
         #: Engine-internal text for the audit trail only; never shown to callers.
         self.detail = detail
+
+
+class PolicyLoadError(PolicyError):
+    """A policy set that cannot be built, read, verified, compiled or loaded."""
+
+    code: ClassVar[str] = "policy_load_error"
 
 
 class UndefinedDecisionError(PolicyError):

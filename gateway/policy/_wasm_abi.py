@@ -10,7 +10,9 @@ gets its own :class:`PolicyInstance` from the same :class:`CompiledPolicy`.
 
 from __future__ import annotations
 
+import collections
 import ctypes
+import hashlib
 import math
 import threading
 import weakref
@@ -57,6 +59,8 @@ _TRAP_POINTER: Final = ctypes.POINTER(ffi.wasm_trap_t)
 _ERROR_POINTER: Final = ctypes.POINTER(ffi.wasmtime_error_t)
 #: Host builtin results remembered per instance, by the exact text of their operands.
 _RESULT_MEMO: Final = 4096
+#: Compiled modules remembered per process, by the digest of their bytes.
+_MODULE_MEMO: Final = 16
 
 
 class AbiError(Exception):
@@ -126,10 +130,7 @@ def compile_policy(
         AbiError: the module does not compile, speaks another ABI, imports something this
             host does not provide (a builtin above all), or the data does not load.
     """
-    try:
-        module = wasmtime.Module(engine, wasm)
-    except wasmtime.WasmtimeError:
-        raise AbiError("policy module does not compile") from None
+    module = _module(engine, wasm)
     min_pages = 0
     for item in module.imports:
         if item.module != "env" or item.name not in _KNOWN_IMPORTS:
@@ -145,6 +146,53 @@ def compile_policy(
     return CompiledPolicy(
         engine, module, data, memory_limit, min_pages, probe.entrypoints, probe.builtins
     )
+
+
+class _ModuleMemo:
+    """Machine code of the modules compiled in this process, by the SHA-256 of their bytes.
+
+    Compiling the shipped policy takes about a second; loading its machine code into
+    another engine (all engines here share one configuration) takes milliseconds. The code
+    is wasmtime's own serialization, made in this process and never read from elsewhere.
+    """
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._lock = threading.Lock()
+        self._code: collections.OrderedDict[bytes, bytes] = collections.OrderedDict()
+
+    def get(self, key: bytes) -> bytes | None:
+        with self._lock:
+            code = self._code.get(key)
+            if code is not None:
+                self._code.move_to_end(key)
+            return code
+
+    def put(self, key: bytes, code: bytes) -> None:
+        with self._lock:
+            self._code[key] = code
+            self._code.move_to_end(key)
+            while len(self._code) > self._size:
+                self._code.popitem(last=False)
+
+
+_MODULES: Final = _ModuleMemo(_MODULE_MEMO)
+
+
+def _module(engine: wasmtime.Engine, wasm: bytes) -> wasmtime.Module:
+    key = hashlib.sha256(wasm).digest()
+    code = _MODULES.get(key)
+    if code is not None:
+        try:
+            return wasmtime.Module.deserialize(engine, code)
+        except wasmtime.WasmtimeError:
+            pass  # compiled afresh below
+    try:
+        module = wasmtime.Module(engine, wasm)
+    except wasmtime.WasmtimeError:
+        raise AbiError("policy module does not compile") from None
+    _MODULES.put(key, bytes(module.serialize()))
+    return module
 
 
 # -- one instance ---------------------------------------------------------------------------

@@ -5,6 +5,7 @@ Never skips: an OPA that cannot be provisioned is a test failure.
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 from collections.abc import Iterator
@@ -29,6 +30,10 @@ from gateway.testing import OpaServer, RecordingTool
 REPO_ROOT: Final = Path(__file__).resolve().parents[2]
 PROVISION_SCRIPT: Final = REPO_ROOT / "scripts" / "provision-opa"
 
+#: The shipped policies, and the bundle compiled from them (``make bundle``).
+POLICY_DIR: Final = REPO_ROOT / "policies"
+SHIPPED_BUNDLE: Final = REPO_ROOT / "bundles" / "policies.tar.gz"
+
 #: The test policies: package gateway.authz (a well-behaved decision) and gateway.faults.
 REGO_DIR: Final = Path(__file__).resolve().parent / "rego"
 
@@ -44,9 +49,12 @@ BIG: Final = 9007199254740993
 OBJECT_SCHEMA: Final = {"type": "object"}
 
 
-@pytest.fixture(scope="session")
-def opa_binary() -> str:
-    """The pinned opa: ``$OPA_BIN``, else whatever ``scripts/provision-opa`` provides."""
+@functools.cache
+def provisioned_opa() -> str:
+    """The pinned opa: ``$OPA_BIN``, else whatever ``scripts/provision-opa`` provides.
+
+    Fails the test (never skips) when there is none.
+    """
     configured = os.environ.get("OPA_BIN")
     if configured:
         if not (os.path.isfile(configured) and os.access(configured, os.X_OK)):
@@ -72,6 +80,12 @@ def opa_binary() -> str:
     if not os.access(binary, os.X_OK):
         pytest.fail(f"{PROVISION_SCRIPT} printed {binary!r}, which is not executable")
     return binary
+
+
+@pytest.fixture(scope="session")
+def opa_binary() -> str:
+    """The pinned opa (see :func:`provisioned_opa`)."""
+    return provisioned_opa()
 
 
 @pytest.fixture

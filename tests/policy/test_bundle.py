@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway.policy import EmbeddedEngine
 from gateway.policy._bundle import (
     Bundle,
     BundleError,
@@ -29,7 +30,6 @@ from gateway.policy._bundle import (
     build_bundle,
     read_bundle,
 )
-from gateway.policy._wasm import WasmEngine
 
 POLICY: Final = """package signed
 
@@ -159,7 +159,7 @@ def test_a_bundle_signed_by_opa_verifies_and_evaluates(
     assert bundle.signed
     assert bundle.revision == "rev-1"
     assert bundle.entrypoints == (ENTRYPOINT,)
-    answer = WasmEngine(bundle).evaluate_sync(ENTRYPOINT, b"{}")
+    answer = EmbeddedEngine(bundle).evaluate_sync(ENTRYPOINT, b"{}")
     assert answer.value["deep"][1] == {"a": 1, "b": 2}
     assert str(answer.value["limit"]) == "1.50"
     assert answer.value["note"] == '<a&b> \u2028 \u0001 é \U00020000 "q"'
@@ -390,8 +390,8 @@ def revisions(
 
 def _engine_and_poller(
     server: _BundleServer, revisions: dict[str, bytes], key: VerificationKey
-) -> tuple[WasmEngine, BundlePoller]:
-    engine = WasmEngine(read_bundle(revisions["rev-1"], verification=key))
+) -> tuple[EmbeddedEngine, BundlePoller]:
+    engine = EmbeddedEngine(read_bundle(revisions["rev-1"], verification=key))
     return engine, BundlePoller(server.url, activate=engine.activate, verification=key, timeout_s=5)
 
 
@@ -439,7 +439,7 @@ def test_a_bundle_that_fails_verification_keeps_the_last_good_one(
 def test_a_bundle_the_engine_refuses_keeps_the_last_good_one(
     server: _BundleServer, revisions: dict[str, bytes]
 ) -> None:
-    engine = WasmEngine(read_bundle(revisions["rev-1"]))
+    engine = EmbeddedEngine(read_bundle(revisions["rev-1"]))
     poller = BundlePoller(server.url, activate=engine.activate)
     files = _files(revisions["rev-2"])
     files["policy.wasm"] = b"\0asm broken"
@@ -475,7 +475,7 @@ def test_an_unreachable_server_keeps_the_last_good_bundle(
 def test_an_oversized_download_is_refused(
     server: _BundleServer, revisions: dict[str, bytes]
 ) -> None:
-    engine = WasmEngine(read_bundle(revisions["rev-1"]))
+    engine = EmbeddedEngine(read_bundle(revisions["rev-1"]))
     poller = BundlePoller(server.url, activate=engine.activate, max_bytes=1000)
     server.serve(revisions["rev-2"], '"e2"')
     assert poller.poll().outcome == "failed"

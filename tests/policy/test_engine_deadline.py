@@ -8,10 +8,10 @@ waiting in these tests is for an engine's own deadline.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import hashlib
 import json
-import os
 import threading
 import weakref
 from collections.abc import AsyncIterator, Iterator
@@ -23,6 +23,7 @@ import pytest
 from gateway import Authorization, Decision
 from gateway.policy import (
     EmbeddedEngine,
+    EngineAnswer,
     EngineTimeoutError,
     EngineUnavailableError,
     InputDocument,
@@ -37,7 +38,7 @@ from gateway.testing import FakeClock, LiveServer, OpaServer, RecordingTool, Sta
 from tests.policy.conftest import (
     DECISION,
     REGO_DIR,
-    REPO_ROOT,
+    SHIPPED_BUNDLE,
     assert_no_leak,
     authorization,
     denied_without_running,
@@ -45,10 +46,12 @@ from tests.policy.conftest import (
 )
 
 SLOW: Final = "gateway/faults/slow"
-#: Seconds of evaluation on every engine (regorus ~3 s, OPA ~4 s on the reference machine).
+#: Seconds of evaluation on every engine (OPA ~4 s, its compiled wasm ~1 s on a quiet machine).
 SLOW_ARGUMENTS: Final = json.dumps({"xs": list(range(3000))}).encode()
 FAST_ARGUMENTS: Final = b'{"xs": [1, 2]}'
 SHORT: Final = 0.3
+#: The compiled entrypoints of the test policy these tests ask.
+ENTRYPOINTS: Final = (DECISION, SLOW)
 
 
 def slow_document() -> InputDocument:
@@ -59,9 +62,14 @@ def fast_document() -> InputDocument:
     return InputDocument(authorization(arguments=FAST_ARGUMENTS))
 
 
+def embedded_engine(**options: Any) -> EmbeddedEngine:
+    options.setdefault("timeout_s", SHORT)
+    return EmbeddedEngine.from_directory(REGO_DIR, entrypoints=ENTRYPOINTS, **options)
+
+
 @pytest.fixture
 def embedded() -> Iterator[EmbeddedEngine]:
-    with EmbeddedEngine.from_directory(REGO_DIR, timeout=SHORT, workers=1) as engine:
+    with embedded_engine() as engine:
         yield engine
 
 
@@ -80,8 +88,8 @@ async def slow_engine(request: pytest.FixtureRequest) -> AsyncIterator[PolicyEng
         with OpaRestEngineSync(server.url, timeout=SHORT) as sync_engine:
             yield sync_engine
     elif request.param == "embedded":
-        with EmbeddedEngine.from_directory(REGO_DIR, timeout=SHORT) as embedded_engine:
-            yield embedded_engine
+        with embedded_engine() as engine_in_process:
+            yield engine_in_process
     else:
         clock = FakeClock()
 
@@ -119,9 +127,8 @@ def test_the_static_engine_refuses_a_nonsensical_timeout() -> None:
 # -- the embedded engine -------------------------------------------------------------------
 
 
-async def test_the_event_loop_keeps_running_while_the_embedded_engine_evaluates(
-    embedded: EmbeddedEngine,
-) -> None:
+async def _loop_runs_during(engine: EmbeddedEngine, document: InputDocument) -> bool:
+    """Whether 1000 other steps of the loop run before the evaluation ends."""
     ticks = 0
 
     async def tick() -> None:
@@ -130,12 +137,53 @@ async def test_the_event_loop_keeps_running_while_the_embedded_engine_evaluates(
             ticks += 1
             await asyncio.sleep(0)
 
-    evaluation = asyncio.ensure_future(embedded.evaluate(SLOW, slow_document()))
+    evaluation = asyncio.ensure_future(engine.evaluate(SLOW, document))
     ticker = asyncio.ensure_future(tick())
     done, _ = await asyncio.wait({evaluation, ticker}, return_when=asyncio.FIRST_COMPLETED)
-    assert done == {ticker}, "the loop ran nothing else while the policy was evaluated"
-    with pytest.raises(EngineTimeoutError):
+    with contextlib.suppress(EngineTimeoutError):
         await evaluation
+    await ticker
+    return done == {ticker}
+
+
+async def test_the_event_loop_keeps_running_while_a_slow_small_input_is_evaluated(
+    embedded: EmbeddedEngine,
+) -> None:
+    # A 15 KB input: inline first, then on a thread once it overruns the inline budget.
+    assert len(SLOW_ARGUMENTS) < 64 << 10
+    assert await _loop_runs_during(embedded, slow_document())
+    with pytest.raises(EngineTimeoutError):
+        await embedded.evaluate(SLOW, slow_document())
+
+
+async def test_an_input_above_the_inline_size_is_never_evaluated_on_the_loop() -> None:
+    # An inline budget longer than the deadline: only the size can send it to a thread.
+    with embedded_engine(inline_s=60.0, inline_bytes=1024) as engine:
+        assert await _loop_runs_during(engine, slow_document())
+
+
+async def test_an_inline_evaluation_holds_the_loop_for_its_budget() -> None:
+    # The control for the two tests above: with a budget as long as the deadline, the
+    # evaluation holds the loop until it ends, and the ticker cannot run.
+    with embedded_engine(inline_s=SHORT) as engine:
+        assert not await _loop_runs_during(engine, slow_document())
+
+
+async def test_a_small_fast_input_is_answered_inline(embedded: EmbeddedEngine) -> None:
+    # Answered within the task's first step: no thread hop, no second turn of the loop.
+    task = asyncio.ensure_future(embedded.evaluate(SLOW, fast_document()))
+    await asyncio.sleep(0)
+    assert task.done()
+    assert task.result().value == 2
+
+
+async def test_an_overrun_inline_evaluation_is_decided_on_a_thread_within_the_deadline() -> None:
+    # 1000 elements: about 0.15 s of evaluation, past the inline budget, within the deadline.
+    document = InputDocument(
+        authorization(arguments=json.dumps({"xs": list(range(1000))}).encode())
+    )
+    with embedded_engine(timeout_s=30.0) as engine:
+        assert (await engine.evaluate(SLOW, document)).value == 1000
 
 
 def test_the_sync_entry_point_honours_the_deadline_too(embedded: EmbeddedEngine) -> None:
@@ -144,36 +192,25 @@ def test_the_sync_entry_point_honours_the_deadline_too(embedded: EmbeddedEngine)
     assert embedded.evaluate_sync(SLOW, fast_document()).value == 2
 
 
-async def test_a_worker_past_its_deadline_is_killed_and_replaced(
-    embedded: EmbeddedEngine,
-) -> None:
-    await embedded.evaluate(SLOW, fast_document())
-    (before,) = embedded.worker_pids()
-    with pytest.raises(EngineTimeoutError):
-        await embedded.evaluate(SLOW, slow_document())
-    assert embedded.live_workers == 0
-    with pytest.raises(ProcessLookupError):
-        os.kill(before, 0)  # the runaway evaluation holds no process any more
-    assert (await embedded.evaluate(SLOW, fast_document())).value == 2
-    assert embedded.worker_pids() != [before]
-
-
-async def test_a_saturated_embedded_engine_refuses_new_calls_at_once() -> None:
-    with EmbeddedEngine.from_directory(REGO_DIR, timeout=SHORT, workers=1, max_waiting=0) as engine:
-        stalled = asyncio.ensure_future(engine.evaluate(SLOW, slow_document()))
-        await asyncio.sleep(0)  # let it take the only worker
-        with pytest.raises(EngineUnavailableError):
-            await engine.evaluate(SLOW, fast_document())
-        assert not stalled.done(), "the refusal waited for the stalled evaluation"
-        with pytest.raises(EngineTimeoutError):
-            await stalled
-
-
-async def test_callers_waiting_for_a_busy_worker_are_answered_in_order() -> None:
-    with EmbeddedEngine.from_directory(REGO_DIR, timeout=5.0, workers=1) as engine:
+async def test_callers_waiting_for_a_busy_thread_are_all_answered() -> None:
+    with embedded_engine(timeout_s=30.0, threads=1, inline_bytes=0) as engine:
         answers = await asyncio.gather(*(engine.evaluate(SLOW, fast_document()) for _ in range(20)))
         assert [answer.value for answer in answers] == [2] * 20
-        assert engine.live_workers == 1
+
+
+async def test_callers_queued_behind_a_slow_evaluation_time_out_on_their_own_deadline() -> None:
+    with embedded_engine(threads=1, inline_bytes=0) as engine:
+        outcomes = await asyncio.gather(
+            engine.evaluate(SLOW, slow_document()),
+            *(engine.evaluate(SLOW, fast_document()) for _ in range(3)),
+            return_exceptions=True,
+        )
+        assert isinstance(outcomes[0], EngineTimeoutError)
+        for outcome in outcomes[1:]:
+            # Each either got the thread in time or was told engine_timeout: never more.
+            if not isinstance(outcome, EngineTimeoutError):
+                assert isinstance(outcome, EngineAnswer)
+                assert outcome.value == 2
 
 
 async def test_a_cancelled_caller_leaves_the_engine_usable(embedded: EmbeddedEngine) -> None:
@@ -185,49 +222,54 @@ async def test_a_cancelled_caller_leaves_the_engine_usable(embedded: EmbeddedEng
     assert (await embedded.evaluate(SLOW, fast_document())).value == 2
 
 
-async def test_a_closed_embedded_engine_is_unavailable_and_has_no_workers() -> None:
-    engine = EmbeddedEngine.from_directory(REGO_DIR)
+async def test_a_closed_embedded_engine_is_unavailable() -> None:
+    engine = embedded_engine()
     await engine.evaluate(DECISION, fast_document())
-    (pid,) = engine.worker_pids()
     engine.close()
-    assert engine.live_workers == 0
-    with pytest.raises(ProcessLookupError):
-        os.kill(pid, 0)
     with pytest.raises(EngineUnavailableError):
         await engine.evaluate(DECISION, fast_document())
+    with pytest.raises(EngineUnavailableError):
+        await engine.evaluate(DECISION, InputDocument(authorization(arguments=SLOW_ARGUMENTS)))
     with pytest.raises(EngineUnavailableError):
         engine.evaluate_sync(DECISION, fast_document())
 
 
-async def test_an_embedded_engine_that_is_collected_ends_its_workers() -> None:
-    engine = EmbeddedEngine.from_directory(REGO_DIR)
+async def test_an_embedded_engine_that_is_collected_stops_its_deadline_clock() -> None:
+    engine = embedded_engine(inline_bytes=0)
     await engine.evaluate(DECISION, fast_document())
-    (pid,) = engine.worker_pids()
+    clock = engine._ticker._thread
     gone = weakref.ref(engine)
     del engine
     gc.collect()
     assert gone() is None
-    with pytest.raises(ProcessLookupError):
-        os.kill(pid, 0)
+    clock.join(timeout=30.0)
+    assert not clock.is_alive()
 
 
 @pytest.mark.parametrize(
     "options",
-    [{"timeout": 0}, {"timeout": -1.0}, {"timeout": float("nan")}, {"workers": 0}],
+    [
+        {"timeout_s": 0},
+        {"timeout_s": -1.0},
+        {"timeout_s": float("nan")},
+        {"threads": 0},
+        {"inline_s": 0},
+        {"inline_bytes": -1},
+    ],
 )
 def test_nonsensical_embedded_settings_are_refused(options: dict[str, Any]) -> None:
-    with pytest.raises(ValueError, match=r"timeout|workers"):
-        EmbeddedEngine.from_directory(REGO_DIR, **options)
+    with pytest.raises(ValueError, match=r"timeout|threads|inline"):
+        embedded_engine(**options)
 
 
 # -- the service stays responsive ----------------------------------------------------------
 
-SHIPPED: Final = REPO_ROOT / "policies"
 API_KEY: Final = "operator-key"
 EXEC_SCHEMA: Final = {
     "type": "object",
     "properties": {"command": {"type": "string"}, "args": {"type": "array"}},
 }
+XS_SCHEMA: Final = {"type": "object", "properties": {"xs": {"type": "array"}}}
 
 
 class _Announcing:
@@ -242,39 +284,37 @@ class _Announcing:
         return await self._inner.authorize(authorization)
 
 
-def _big_exec_arguments() -> dict[str, Any]:
-    # ~900 KB of arguments for the shipped exec module to check, one by one.
-    return {"command": "ls", "args": ["-l" + "x" * 10] * 64_000}
+def _app(tool: RecordingTool, authorizer: _Announcing) -> GatewayApp:
+    key = ApiKey(
+        sha256=hashlib.sha256(API_KEY.encode()).hexdigest(),
+        context={"subject": "olivia", "roles": ["operator"], "tenant": "acme"},
+    )
+
+    async def ready() -> bool:
+        return True
+
+    return GatewayApp(
+        Gateway([tool], authorizer=authorizer),
+        authenticator=Authenticator(AuthConfig(api_keys=(key,))),
+        ready=ready,
+        metrics=GatewayMetrics(None),
+        max_body_bytes=4 << 20,
+    )
 
 
-async def test_healthz_answers_while_a_900_kb_exec_call_is_being_decided() -> None:
-    arguments = _big_exec_arguments()
-    assert len(json.dumps(arguments)) > 900_000
-    with EmbeddedEngine.from_directory(SHIPPED, timeout=2.0) as engine:
-        authorizer = _Announcing(PolicyAuthorizer(engine))
-        tool = RecordingTool("run_command", EXEC_SCHEMA)
-        gateway = Gateway([tool], authorizer=authorizer)
-        key = ApiKey(
-            sha256=hashlib.sha256(API_KEY.encode()).hexdigest(),
-            context={"subject": "olivia", "roles": ["operator"], "tenant": "acme"},
-        )
-
-        async def ready() -> bool:
-            return True
-
-        app = GatewayApp(
-            gateway,
-            authenticator=Authenticator(AuthConfig(api_keys=(key,))),
-            ready=ready,
-            metrics=GatewayMetrics(None),
-            max_body_bytes=4 << 20,
-        )
-        with LiveServer(app) as server:
+async def test_healthz_answers_while_a_slow_policy_is_being_decided() -> None:
+    # About 4 s of evaluation against a 2 s deadline: the call ends in engine_timeout, and
+    # /healthz is answered while it runs.
+    arguments = {"xs": list(range(6000))}
+    with embedded_engine(timeout_s=2.0) as engine:
+        authorizer = _Announcing(PolicyAuthorizer(engine, path=SLOW))
+        tool = RecordingTool("count_pairs", XS_SCHEMA)
+        with LiveServer(_app(tool, authorizer)) as server:
             async with httpx.AsyncClient(base_url=server.url, timeout=30.0) as client:
                 call = asyncio.ensure_future(
                     client.post(
                         "/v1/calls",
-                        json={"id": "c1", "name": "run_command", "arguments": arguments},
+                        json={"id": "c1", "name": "count_pairs", "arguments": arguments},
                         headers={"X-API-Key": API_KEY},
                     )
                 )
@@ -286,6 +326,31 @@ async def test_healthz_answers_while_a_900_kb_exec_call_is_being_decided() -> No
                 assert (await health).status_code == 200
                 response = await call
     assert tool.count == 0
+    assert response.status_code == 503
+    assert response.json()["code"] == "engine_timeout"
+
+
+def _big_exec_arguments() -> dict[str, Any]:
+    # ~900 KB of arguments for the shipped exec module to check, one by one.
+    return {"command": "ls", "args": ["-l" + "x" * 10] * 64_000}
+
+
+async def test_a_900_kb_exec_call_on_the_shipped_bundle_is_refused_and_never_runs() -> None:
+    arguments = _big_exec_arguments()
+    assert len(json.dumps(arguments)) > 900_000
+    with EmbeddedEngine.from_bundle(SHIPPED_BUNDLE, timeout_s=10.0) as engine:
+        authorizer = _Announcing(PolicyAuthorizer(engine))
+        tool = RecordingTool("run_command", EXEC_SCHEMA)
+        with LiveServer(_app(tool, authorizer)) as server:
+            async with httpx.AsyncClient(base_url=server.url, timeout=60.0) as client:
+                response = await client.post(
+                    "/v1/calls",
+                    json={"id": "c1", "name": "run_command", "arguments": arguments},
+                    headers={"X-API-Key": API_KEY},
+                )
+                assert (await client.get("/healthz")).status_code == 200
+    assert tool.count == 0
+    # Denied by the policy, or (past the memory cap of its instance) refused for no decision.
     assert response.status_code in (403, 503)
     if response.status_code == 503:
-        assert response.json()["code"] == "engine_timeout"
+        assert response.json()["code"] in ("engine_error", "engine_timeout")

@@ -13,11 +13,12 @@ from gateway import Authorization, ToolDefinition
 from gateway.policy import (
     EmbeddedEngine,
     PolicyAuthorizer,
-    PolicySources,
     caller_context,
+    read_policy_data,
 )
 from gateway.policy._gate import GateProblem, Severity, check_policy_coverage
 from tests.policy.differential_corpus import EXAMPLE_DEFINITIONS, GOOD_ARGUMENTS
+from tests.policy.wasm_support import shipped_engine
 
 POLICY_DIR: Final = Path(__file__).resolve().parents[2] / "policies"
 STRING: Final = {"type": "string"}
@@ -406,8 +407,8 @@ def test_the_shipped_data_covers_the_example_tools() -> None:
 # -- what the gate promises, checked on the real policies -----------------------------------
 
 
-async def _allowed(sources: PolicySources, name: str, roles: list[str]) -> bool:
-    authorizer = PolicyAuthorizer(EmbeddedEngine(sources))
+async def _allowed(engine: EmbeddedEngine, name: str, roles: list[str]) -> bool:
+    authorizer = PolicyAuthorizer(engine)
     arguments = json.dumps(GOOD_ARGUMENTS[name]).encode()
     with caller_context(subject="alice", roles=roles, tenant="acme"):
         decision = await authorizer.authorize(Authorization(EXAMPLE_DEFINITIONS[name], arguments))
@@ -427,10 +428,10 @@ OWNERS: Final = {
 
 
 async def test_every_tool_that_passes_the_gate_has_an_allowed_call() -> None:
-    sources = PolicySources.from_directory(POLICY_DIR)
+    engine = shipped_engine()
     assert set(OWNERS) == set(EXAMPLE_DEFINITIONS)
     for name, roles in OWNERS.items():
-        assert await _allowed(sources, name, roles), name
+        assert await _allowed(engine, name, roles), name
 
 
 # A gate error on a served tool means the policies deny even a well-formed call.
@@ -448,19 +449,18 @@ BROKEN: Final[dict[str, tuple[str, str, Any]]] = {
 
 
 async def test_an_sql_argument_without_the_marker_fails_the_gate_and_every_call_is_denied() -> None:
-    sources = PolicySources.from_directory(POLICY_DIR)
     marked = EXAMPLE_DEFINITIONS["query_db"]
     schema = json.loads(marked.input_schema_json)
     del schema["properties"]["query"]["contentMediaType"]
     unmarked = ToolDefinition(marked.name, schema, marked.description)
     definitions = [d for d in EXAMPLE_DEFINITIONS.values() if d.name != "query_db"] + [unmarked]
 
-    problems = check_policy_coverage(definitions, dict(sources.data))
+    problems = check_policy_coverage(definitions, read_policy_data(POLICY_DIR))
 
     assert [(p.tool, p.severity) for p in problems] == [("query_db", "error")]
     arguments = json.dumps(GOOD_ARGUMENTS["query_db"]).encode()
     with caller_context(subject="alice", roles=["analyst"], tenant="acme"):
-        decision = await PolicyAuthorizer(EmbeddedEngine(sources)).authorize(
+        decision = await PolicyAuthorizer(shipped_engine()).authorize(
             Authorization(unmarked, arguments)
         )
     assert decision.allowed is False
@@ -469,10 +469,8 @@ async def test_an_sql_argument_without_the_marker_fails_the_gate_and_every_call_
 
 @pytest.mark.parametrize(("name", "setting", "value"), BROKEN.values(), ids=BROKEN)
 async def test_a_gate_error_means_every_call_is_denied(name: str, setting: str, value: Any) -> None:
-    shipped = PolicySources.from_directory(POLICY_DIR)
-    broken = json.loads(json.dumps(dict(shipped.data)))
+    broken = read_policy_data(POLICY_DIR)
     broken["gateway"]["config"]["tools"][name][setting] = value
     problems = check_policy_coverage(EXAMPLE_DEFINITIONS.values(), broken)
     assert [p.tool for p in problems if p.severity == "error"] == [name]
-    sources = PolicySources(shipped.modules, broken, "broken")
-    assert not await _allowed(sources, name, OWNERS[name])
+    assert not await _allowed(shipped_engine(broken), name, OWNERS[name])

@@ -28,11 +28,11 @@ from gateway.policy import (
     OpaRestEngine,
     PathView,
     PolicyAuthorizer,
-    PolicySources,
     caller_context,
 )
 from gateway.testing import OpaServer
 from tests.policy.differential_corpus import EXAMPLE_DEFINITIONS, context
+from tests.policy.wasm_support import shipped_engine
 
 POLICY_DIR: Final = Path(__file__).resolve().parents[2] / "policies"
 READER: Final = CallerContext(context(("reader",)))
@@ -68,8 +68,9 @@ def view(tree: Path) -> PathView:
 
 
 @pytest.fixture(scope="module")
-def sources() -> PolicySources:
-    return PolicySources.from_directory(POLICY_DIR)
+def sources() -> Iterator[EmbeddedEngine]:
+    with shipped_engine(timeout_s=30.0) as engine:
+        yield engine
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +81,7 @@ def opa(opa_binary: str) -> Iterator[OpaServer]:
 
 
 async def _decide_both(
-    sources: PolicySources,
+    sources: EmbeddedEngine,
     server: OpaServer,
     view: PathView | None,
     *,
@@ -91,7 +92,7 @@ async def _decide_both(
     authorization = Authorization(EXAMPLE_DEFINITIONS[tool], json.dumps(arguments).encode())
     outcomes: list[tuple[bool, str | None]] = []
     async with OpaRestEngine(server.url, timeout=30.0, revision_interval=0) as rest:
-        for engine in (EmbeddedEngine(sources, timeout=30.0), rest):
+        for engine in (sources, rest):
             with caller_context(ctx):
                 authorizer = PolicyAuthorizer(engine, path_view=view)
                 decision = await authorizer.authorize(authorization)
@@ -119,7 +120,7 @@ CONFINED: Final[dict[str, str]] = {
 
 @pytest.mark.parametrize("path", ESCAPES.values(), ids=ESCAPES.keys())
 def test_a_path_leading_out_of_the_roots_is_denied_on_both_engines(
-    sources: PolicySources, opa: OpaServer, view: PathView, path: str
+    sources: EmbeddedEngine, opa: OpaServer, view: PathView, path: str
 ) -> None:
     outcomes = asyncio.run(
         _decide_both(sources, opa, view, tool="read_file", arguments={"path": path}, ctx=READER)
@@ -134,7 +135,7 @@ def test_a_path_leading_out_of_the_roots_is_denied_on_both_engines(
 
 @pytest.mark.parametrize("path", ESCAPES.values(), ids=ESCAPES.keys())
 def test_without_a_view_the_text_alone_is_checked(
-    sources: PolicySources, opa: OpaServer, path: str
+    sources: EmbeddedEngine, opa: OpaServer, path: str
 ) -> None:
     # What the view adds: the same paths pass a check of their text.
     outcomes = asyncio.run(
@@ -145,7 +146,7 @@ def test_without_a_view_the_text_alone_is_checked(
 
 @pytest.mark.parametrize("path", CONFINED.values(), ids=CONFINED.keys())
 def test_a_path_resolving_inside_the_roots_is_allowed_on_both_engines(
-    sources: PolicySources, opa: OpaServer, view: PathView, path: str
+    sources: EmbeddedEngine, opa: OpaServer, view: PathView, path: str
 ) -> None:
     outcomes = asyncio.run(
         _decide_both(sources, opa, view, tool="read_file", arguments={"path": path}, ctx=READER)
@@ -154,7 +155,7 @@ def test_a_path_resolving_inside_the_roots_is_allowed_on_both_engines(
 
 
 def test_a_write_through_a_link_into_shared_is_denied(
-    sources: PolicySources, opa: OpaServer, view: PathView
+    sources: EmbeddedEngine, opa: OpaServer, view: PathView
 ) -> None:
     # Reads may use /srv/shared/, writes may not, and the link does not change that.
     arguments = {"path": "/srv/tenants/acme/to-shared/handbook.txt", "content": "x"}

@@ -1,7 +1,7 @@
 """The wasm host's ``sprintf`` prints exactly what OPA prints, or refuses.
 
 Every comparison runs the same input through a real ``opa eval`` and through a policy that
-``opa build -t wasm`` compiled, evaluated by :class:`WasmEngine` (so the operands reach the
+``opa build -t wasm`` compiled, evaluated by :class:`EmbeddedEngine` (so the operands reach the
 host the way the engine hands them over: as ``opa_value_dump`` text).
 """
 
@@ -18,10 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.policy import EngineError
+from gateway.policy import EmbeddedEngine, EngineError
 from gateway.policy._rego_value import Number, RegoValueError, go_quote, parse
 from gateway.policy._sprintf import UnsupportedFormatError, format_float, sprintf
-from gateway.policy._wasm import WasmEngine
 from tests.policy.wasm_support import built_bundle
 
 POLICY: Final = """package fmt
@@ -59,9 +58,9 @@ def policy_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def engine(opa_binary: str, policy_dir: Path) -> Iterator[WasmEngine]:
+def engine(opa_binary: str, policy_dir: Path) -> Iterator[EmbeddedEngine]:
     """The sprintf test policy, compiled to wasm by the real OPA."""
-    wasm = WasmEngine(built_bundle(opa_binary, str(policy_dir), ENTRYPOINTS))
+    wasm = EmbeddedEngine(built_bundle(opa_binary, str(policy_dir), ENTRYPOINTS))
     yield wasm
     wasm.close()
 
@@ -83,7 +82,7 @@ def _opa(opa_binary: str, policy_dir: Path, query: str, document: str) -> Any:
     return found[0]["expressions"][0]["value"]
 
 
-def _wasm(engine: WasmEngine, path: str, document: str) -> Any:
+def _wasm(engine: EmbeddedEngine, path: str, document: str) -> Any:
     answer = engine.evaluate_sync(path, document.encode("utf-8"))
     return answer.value if answer.defined else None
 
@@ -130,7 +129,7 @@ def _document(cases: list[tuple[str, str]]) -> str:
 
 
 def test_sprintf_prints_what_opa_prints_for_a_table_of_operands(
-    engine: WasmEngine, opa_binary: str, policy_dir: Path
+    engine: EmbeddedEngine, opa_binary: str, policy_dir: Path
 ) -> None:
     document = _document(_table())
     expected = _opa(opa_binary, policy_dir, "data.fmt.results", document)
@@ -145,7 +144,7 @@ def test_sprintf_prints_what_opa_prints_for_a_table_of_operands(
 
 
 def test_sets_print_sorted_as_opa_prints_them(
-    engine: WasmEngine, opa_binary: str, policy_dir: Path
+    engine: EmbeddedEngine, opa_binary: str, policy_dir: Path
 ) -> None:
     document = json.dumps(
         {
@@ -159,7 +158,7 @@ def test_sets_print_sorted_as_opa_prints_them(
 
 @pytest.mark.parametrize("path", ["empty_set", "computed"])
 def test_policy_built_values_print_as_opa_prints_them(
-    engine: WasmEngine, opa_binary: str, policy_dir: Path, path: str
+    engine: EmbeddedEngine, opa_binary: str, policy_dir: Path, path: str
 ) -> None:
     expected = _opa(opa_binary, policy_dir, f"data.fmt.{path}", "{}")
     assert _wasm(engine, f"fmt/{path}", "{}") == expected
@@ -167,7 +166,7 @@ def test_policy_built_values_print_as_opa_prints_them(
 
 @pytest.mark.parametrize("scalar", ['"text"', "1", "null", '{"a": 1}'])
 def test_operands_that_are_not_an_array_make_sprintf_undefined_as_in_opa(
-    engine: WasmEngine, opa_binary: str, policy_dir: Path, scalar: str
+    engine: EmbeddedEngine, opa_binary: str, policy_dir: Path, scalar: str
 ) -> None:
     document = '{"scalar": ' + scalar + "}"
     assert _opa(opa_binary, policy_dir, "data.fmt.not_an_array", document) is None
@@ -178,7 +177,7 @@ def test_operands_that_are_not_an_array_make_sprintf_undefined_as_in_opa(
     "template",
     ["%5d", "%-3s", "%.2f", "%x", "%f", "%t", "%[1]s", "%+d", "%#v", "%T", "%", "a %", "%é"],
 )
-def test_unsupported_formats_fail_closed(engine: WasmEngine, template: str) -> None:
+def test_unsupported_formats_fail_closed(engine: EmbeddedEngine, template: str) -> None:
     document = json.dumps({"format": template, "args": [1]})
     with pytest.raises(EngineError) as caught:
         engine.evaluate_sync("fmt/single", document.encode())
@@ -187,7 +186,7 @@ def test_unsupported_formats_fail_closed(engine: WasmEngine, template: str) -> N
         sprintf(template, [Number("1")])
 
 
-def test_an_engine_survives_a_refused_format(engine: WasmEngine) -> None:
+def test_an_engine_survives_a_refused_format(engine: EmbeddedEngine) -> None:
     with pytest.raises(EngineError):
         engine.evaluate_sync("fmt/single", b'{"format": "%x", "args": [1]}')
     answer = engine.evaluate_sync("fmt/single", b'{"format": "%d!", "args": [1]}')
@@ -238,7 +237,7 @@ _template = st.lists(
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases=st.lists(st.tuples(_template, st.lists(_value, max_size=4)), min_size=1, max_size=8))
 def test_generated_operands_print_as_opa_prints_them(
-    engine: WasmEngine, opa_binary: str, policy_dir: Path, cases: list[tuple[str, list[Any]]]
+    engine: EmbeddedEngine, opa_binary: str, policy_dir: Path, cases: list[tuple[str, list[Any]]]
 ) -> None:
     pairs = [(template, _json_text(args)) for template, args in cases]
     # Python's decimal text for huge exponents may differ from JSON's grammar; keep valid JSON.

@@ -1,7 +1,7 @@
 """SQL arguments are decided on PostgreSQL's parse of them, identically on both engines.
 
 Every case goes through the real :class:`PolicyAuthorizer` and :class:`InputDocument` on
-the embedded engine (regorus) and on a real OPA server, both loading the shipped policies
+the embedded engine and on a real OPA server, both loading the shipped policies
 and data, with the example ``query_db`` tool (its ``query`` argument marked as SQL by
 ``contentMediaType: application/sql``). The table holds the variants of one class: a
 function, a lock or a write that a lexical check can miss because quoting, escapes,
@@ -24,11 +24,11 @@ from gateway.policy import (
     EmbeddedEngine,
     OpaRestEngine,
     PolicyAuthorizer,
-    PolicySources,
     caller_context,
 )
 from gateway.testing import OpaServer
 from tests.policy.differential_corpus import EXAMPLE_DEFINITIONS, context
+from tests.policy.wasm_support import shipped_engine
 
 POLICY_DIR: Final = Path(__file__).resolve().parents[2] / "policies"
 
@@ -111,9 +111,10 @@ DBA_CASES: Final[dict[str, tuple[str, bool]]] = {
 
 
 @pytest.fixture(scope="module")
-def sources() -> PolicySources:
-    """The shipped policy set."""
-    return PolicySources.from_directory(POLICY_DIR)
+def sources() -> Iterator[EmbeddedEngine]:
+    """The shipped policies on the embedded engine."""
+    with shipped_engine(timeout_s=30.0) as engine:
+        yield engine
 
 
 @pytest.fixture(scope="module")
@@ -125,13 +126,13 @@ def opa(opa_binary: str) -> Iterator[OpaServer]:
 
 
 async def _decide_both(
-    sources: PolicySources, server: OpaServer, query: str, ctx: CallerContext
+    sources: EmbeddedEngine, server: OpaServer, query: str, ctx: CallerContext
 ) -> list[tuple[bool, str | None]]:
     arguments = json.dumps({"database": "acme_sales", "query": query}).encode()
     authorization = Authorization(EXAMPLE_DEFINITIONS["query_db"], arguments)
     outcomes: list[tuple[bool, str | None]] = []
     async with OpaRestEngine(server.url, timeout=30.0, revision_interval=0) as rest:
-        for engine in (EmbeddedEngine(sources), rest):
+        for engine in (sources, rest):
             with caller_context(ctx):
                 decision = await PolicyAuthorizer(engine).authorize(authorization)
             outcomes.append((decision.allowed, decision.message))
@@ -147,7 +148,7 @@ def _assert_public_safe(message: str | None, query: str) -> None:
 
 @pytest.mark.parametrize("query", READER_DENIED.values(), ids=READER_DENIED.keys())
 def test_a_reader_is_refused_what_the_parser_finds(
-    sources: PolicySources, opa: OpaServer, query: str
+    sources: EmbeddedEngine, opa: OpaServer, query: str
 ) -> None:
     outcomes = asyncio.run(_decide_both(sources, opa, query, READER))
     assert outcomes[0] == outcomes[1], "the engines disagree"
@@ -157,14 +158,14 @@ def test_a_reader_is_refused_what_the_parser_finds(
 
 
 @pytest.mark.parametrize("query", READER_ALLOWED.values(), ids=READER_ALLOWED.keys())
-def test_a_reader_may_run_a_plain_read(sources: PolicySources, opa: OpaServer, query: str) -> None:
+def test_a_reader_may_run_a_plain_read(sources: EmbeddedEngine, opa: OpaServer, query: str) -> None:
     outcomes = asyncio.run(_decide_both(sources, opa, query, READER))
     assert outcomes == [(True, "the call is authorized")] * 2
 
 
 @pytest.mark.parametrize(("query", "allowed"), DBA_CASES.values(), ids=DBA_CASES.keys())
 def test_a_writer_may_write_but_not_call_what_the_list_refuses(
-    sources: PolicySources, opa: OpaServer, query: str, allowed: bool
+    sources: EmbeddedEngine, opa: OpaServer, query: str, allowed: bool
 ) -> None:
     outcomes = asyncio.run(_decide_both(sources, opa, query, DBA))
     assert outcomes[0] == outcomes[1], "the engines disagree"

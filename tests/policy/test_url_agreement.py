@@ -21,14 +21,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway import Authorization
-from gateway.policy import EmbeddedEngine, PolicyAuthorizer, PolicySources, caller_context
+from gateway.policy import PolicyAuthorizer, caller_context
 from tests.policy.differential_corpus import EXAMPLE_DEFINITIONS, URLS
+from tests.policy.wasm_support import shipped_engine
 
 POLICY_DIR: Final = Path(__file__).resolve().parents[2] / "policies"
 ALLOWED_HOSTS: Final = {"api.example.com"}
 ALLOWED_DOMAIN: Final = "docs.example.org"
 
-_AUTHORIZER: Final = PolicyAuthorizer(EmbeddedEngine(PolicySources.from_directory(POLICY_DIR)))
+_AUTHORIZER: Final = PolicyAuthorizer(shipped_engine())
 
 
 def _allowed(url: str) -> bool:

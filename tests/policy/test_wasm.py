@@ -1,4 +1,4 @@
-"""The WebAssembly engine's own guarantees: what it refuses at load, its deadline, its memory cap.
+"""The embedded engine's own guarantees: what it refuses at load, its deadline, its memory cap.
 
 Policies are compiled by the real ``opa build -t wasm`` from small directories written here.
 """
@@ -14,14 +14,18 @@ from typing import Final
 import pytest
 
 from gateway.policy import (
+    DecisionCache,
+    EmbeddedEngine,
     EngineError,
     EngineTimeoutError,
     EngineUnavailableError,
     InputDocument,
     PolicyAuthorizer,
+    PolicyLoadError,
+    _wasm_abi,
+    caller_context,
 )
 from gateway.policy._bundle import Bundle, BundleError
-from gateway.policy._wasm import WasmEngine
 from tests.policy.conftest import authorization, denied_without_running, guarded
 from tests.policy.wasm_support import built_bundle
 
@@ -82,23 +86,23 @@ def test_a_module_that_needs_a_builtin_the_host_lacks_is_refused_at_load(
 ) -> None:
     bundle = _bundle(opa_binary, scratch, "net", NEEDS_HTTP, ("net/answer",))
     with pytest.raises(BundleError) as caught:
-        WasmEngine(bundle)
+        EmbeddedEngine(bundle)
     assert caught.value.code == "policy_load_error"
     assert "http.send" in (caught.value.detail or "")
 
 
 def test_bytes_that_are_not_a_module_are_refused_at_load(values: Bundle) -> None:
     with pytest.raises(BundleError):
-        WasmEngine(dataclasses.replace(values, wasm=b"\0asm\x01\0\0\0garbage"))
+        EmbeddedEngine(dataclasses.replace(values, wasm=b"\0asm\x01\0\0\0garbage"))
 
 
 def test_data_that_is_not_json_is_refused_at_load(values: Bundle) -> None:
     with pytest.raises(BundleError):
-        WasmEngine(dataclasses.replace(values, data=b"{not json"))
+        EmbeddedEngine(dataclasses.replace(values, data=b"{not json"))
 
 
 def test_an_evaluation_past_its_deadline_fails_closed_with_engine_timeout(slow: Bundle) -> None:
-    engine = WasmEngine(slow, timeout_s=0.001, tick_s=0.001)
+    engine = EmbeddedEngine(slow, timeout_s=0.001, tick_s=0.001)
     with pytest.raises(EngineTimeoutError) as caught:
         engine.evaluate_sync("slow/spin", b'{"n": 100000000}')
     assert caught.value.code == "engine_timeout"
@@ -108,14 +112,14 @@ def test_an_evaluation_past_its_deadline_fails_closed_with_engine_timeout(slow: 
 
 
 async def test_a_timed_out_decision_denies_behind_a_guard(slow: Bundle) -> None:
-    engine = WasmEngine(slow, timeout_s=0.001, tick_s=0.001)
+    engine = EmbeddedEngine(slow, timeout_s=0.001, tick_s=0.001)
     binding, tool = guarded(PolicyAuthorizer(engine, path="slow/guarded"))
     error = await denied_without_running(binding, tool, '{"n": 100000000}')
     assert error.code == "engine_timeout"
 
 
 def test_an_evaluation_that_outgrows_the_memory_cap_fails_closed(slow: Bundle) -> None:
-    engine = WasmEngine(slow, memory_limit=4 << 20, timeout_s=30)
+    engine = EmbeddedEngine(slow, memory_limit=4 << 20, timeout_s=30)
     with pytest.raises(EngineError) as caught:
         engine.evaluate_sync("slow/hog", b'{"n": 10000000}')
     assert caught.value.code == "engine_error"
@@ -123,7 +127,7 @@ def test_an_evaluation_that_outgrows_the_memory_cap_fails_closed(slow: Bundle) -
 
 
 def test_an_input_larger_than_the_memory_cap_fails_closed(values: Bundle) -> None:
-    engine = WasmEngine(values, memory_limit=2 << 20)
+    engine = EmbeddedEngine(values, memory_limit=2 << 20)
     big = b'{"value": "' + b"x" * (4 << 20) + b'"}'
     with pytest.raises(EngineError):
         engine.evaluate_sync("values/echo", big)
@@ -132,7 +136,7 @@ def test_an_input_larger_than_the_memory_cap_fails_closed(values: Bundle) -> Non
 
 def test_a_module_that_needs_more_memory_than_the_cap_is_refused(values: Bundle) -> None:
     with pytest.raises(BundleError):
-        WasmEngine(values, memory_limit=64 << 10)
+        EmbeddedEngine(values, memory_limit=64 << 10)
 
 
 @pytest.mark.parametrize(
@@ -141,7 +145,7 @@ def test_a_module_that_needs_more_memory_than_the_cap_is_refused(values: Bundle)
      b"123456789012345678901234567890.000000000000000000001"],
 )  # fmt: skip
 def test_numbers_reach_the_policy_and_come_back_exactly(values: Bundle, number: bytes) -> None:
-    engine = WasmEngine(values)
+    engine = EmbeddedEngine(values)
     answer = engine.evaluate_sync("values/echo", b'{"value": ' + number + b"}")
     assert answer.defined
     assert str(answer.value).lower() == number.decode().lower() or answer.value == _exact(number)
@@ -166,17 +170,17 @@ def _exact(number: bytes) -> object:
 def test_escaped_surrogate_pairs_reach_the_policy_as_their_character(
     values: Bundle, raw: bytes, text: str
 ) -> None:
-    engine = WasmEngine(values)
+    engine = EmbeddedEngine(values)
     assert engine.evaluate_sync("values/text", raw).value == text
 
 
 def test_a_path_that_is_not_a_compiled_entrypoint_is_undefined(values: Bundle) -> None:
-    engine = WasmEngine(values)
+    engine = EmbeddedEngine(values)
     assert engine.evaluate_sync("values/other", b"{}").defined is False
 
 
 def test_each_thread_evaluates_on_its_own_instance(values: Bundle) -> None:
-    engine = WasmEngine(values)
+    engine = EmbeddedEngine(values)
     results: dict[int, list[object]] = {}
 
     def work(worker: int) -> None:
@@ -194,7 +198,7 @@ def test_each_thread_evaluates_on_its_own_instance(values: Bundle) -> None:
 
 
 def test_a_bundle_that_fails_to_load_leaves_the_one_in_force(values: Bundle) -> None:
-    engine = WasmEngine(values)
+    engine = EmbeddedEngine(values)
     before = engine.revision()
     with pytest.raises(BundleError):
         engine.activate(dataclasses.replace(values, wasm=b"broken", revision="next"))
@@ -203,14 +207,14 @@ def test_a_bundle_that_fails_to_load_leaves_the_one_in_force(values: Bundle) -> 
 
 
 def test_a_new_bundle_is_put_in_force(values: Bundle) -> None:
-    engine = WasmEngine(values)
+    engine = EmbeddedEngine(values)
     assert engine.activate(dataclasses.replace(values, revision="r2")) is True
     assert engine.revision() == "r2"
     assert engine.activate(dataclasses.replace(values, revision="r2")) is False
 
 
 def test_a_closed_engine_fails_closed(values: Bundle) -> None:
-    engine = WasmEngine(values)
+    engine = EmbeddedEngine(values)
     engine.close()
     with pytest.raises(EngineUnavailableError) as caught:
         asyncio.run(engine.evaluate("values/echo", InputDocument(authorization())))
@@ -219,7 +223,7 @@ def test_a_closed_engine_fails_closed(values: Bundle) -> None:
 
 def test_invalid_deadlines_are_refused(values: Bundle) -> None:
     with pytest.raises(ValueError, match="positive"):
-        WasmEngine(values, timeout_s=0)
+        EmbeddedEngine(values, timeout_s=0)
 
 
 def test_a_directory_is_compiled_with_the_opa_binary_and_reloaded_on_change(
@@ -227,10 +231,11 @@ def test_a_directory_is_compiled_with_the_opa_binary_and_reloaded_on_change(
 ) -> None:
     (tmp_path / "values.rego").write_text(VALUES)
     (tmp_path / "skipped_test.rego").write_text("package values_test\n\ntest_x if false\n")
-    engine = WasmEngine.from_directory(
-        tmp_path, warm_up_path="data.values.echo", opa_binary=opa_binary
+    engine = EmbeddedEngine.from_directory(
+        tmp_path, entrypoints=("data.values.echo",), opa_binary=opa_binary
     )
-    assert engine.identity == f"wasm:{tmp_path}"
+    assert engine.identity == f"embedded:{tmp_path}"
+    assert engine.entrypoints == ("values/echo",)
     assert engine.evaluate_sync("values/echo", b'{"value": 3}').value == 3
     before = engine.revision()
     assert engine.reload() is False
@@ -250,4 +255,77 @@ def test_a_directory_without_an_opa_binary_is_refused(
     monkeypatch.delenv("OPA_BIN", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(BundleError, match="no opa binary"):
-        WasmEngine.from_directory(tmp_path)
+        EmbeddedEngine.from_directory(tmp_path)
+
+
+def test_a_missing_policy_directory_refuses_to_load(opa_binary: str, tmp_path: Path) -> None:
+    with pytest.raises(PolicyLoadError):
+        EmbeddedEngine.from_directory(tmp_path / "nope", opa_binary=opa_binary)
+
+
+def test_a_directory_without_a_policy_refuses_to_load(opa_binary: str, tmp_path: Path) -> None:
+    (tmp_path / "only_test.rego").write_text("package t_test\n\ntest_x if true\n")
+    with pytest.raises(PolicyLoadError):
+        EmbeddedEngine.from_directory(tmp_path, opa_binary=opa_binary)
+
+
+def test_every_bundle_error_is_a_policy_load_error() -> None:
+    assert issubclass(BundleError, PolicyLoadError)
+    assert BundleError("x").code == PolicyLoadError("x").code == "policy_load_error"
+
+
+def _counting_opa(opa_binary: str, folder: Path) -> tuple[Path, Path]:
+    log = folder / "builds.log"
+    wrapper = folder / "opa"
+    wrapper.write_text(f'#!/bin/sh\necho build >> "{log}"\nexec "{opa_binary}" "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper, log
+
+
+def test_a_directory_already_built_in_this_process_is_not_built_again(
+    opa_binary: str, tmp_path: Path
+) -> None:
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    (policies / "values.rego").write_text(VALUES)
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    wrapper, log = _counting_opa(opa_binary, tools)
+    entrypoints = ("values/echo",)
+    first = EmbeddedEngine.from_directory(policies, entrypoints=entrypoints, opa_binary=wrapper)
+    second = EmbeddedEngine.from_directory(policies, entrypoints=entrypoints, opa_binary=wrapper)
+    assert log.read_text().count("build") == 1
+    assert first.revision() == second.revision()
+    assert second.evaluate_sync("values/echo", b'{"value": 3}').value == 3
+    # Any change of a source file (or of the entrypoints) is built afresh.
+    (policies / "values.rego").write_text(VALUES.replace("input.value", "[input.value]"))
+    assert second.reload() is True
+    assert log.read_text().count("build") == 2
+    assert second.evaluate_sync("values/echo", b'{"value": 3}').value == [3]
+    EmbeddedEngine.from_directory(
+        policies, entrypoints=(*entrypoints, "values/text"), opa_binary=wrapper
+    )
+    assert log.read_text().count("build") == 3
+
+
+def test_a_compiled_module_is_remembered_for_the_next_engine(values: Bundle) -> None:
+    import hashlib
+
+    EmbeddedEngine(values)
+    assert _wasm_abi._MODULES.get(hashlib.sha256(values.wasm).digest()) is not None
+    again = EmbeddedEngine(values)
+    assert again.evaluate_sync("values/echo", b'{"value": 5}').value == 5
+
+
+async def test_reload_invalidates_cached_decisions(opa_binary: str, tmp_path: Path) -> None:
+    allow = 'package gateway.authz\n\ndecision := {"allow": true, "cache": {"ttl_s": 60}}\n'
+    (tmp_path / "p.rego").write_text(allow)
+    engine = EmbeddedEngine.from_directory(tmp_path, opa_binary=opa_binary)
+    authorizer = PolicyAuthorizer(engine, cache=DecisionCache(max_ttl=60))
+    with caller_context(subject="alice"):
+        assert (await authorizer.authorize(authorization())).allowed is True
+        (tmp_path / "p.rego").write_text(allow.replace("true", "false"))
+        assert engine.reload() is True
+        decision = await authorizer.authorize(authorization())
+    assert decision.allowed is False
+    assert decision.cached is False

@@ -6,14 +6,16 @@ wasmtime's compilation take about a second each.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import json
 import tempfile
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
-from gateway.policy._bundle import Bundle, build_bundle, read_bundle
-from gateway.policy._wasm import WasmEngine
-from tests.policy.conftest import DECISION, REGO_DIR
+from gateway.policy import EmbeddedEngine
+from gateway.policy._bundle import Bundle, build_bundle, digest_revision, read_bundle
+from tests.policy.conftest import DECISION, POLICY_DIR, REGO_DIR, provisioned_opa
 
 #: The rules of the test policy the contract asks for, each compiled as an entrypoint.
 FAULT_RULES: Final = (
@@ -47,7 +49,21 @@ def built_bundle(opa_binary: str, policy_dir: str, entrypoints: tuple[str, ...])
 
 
 @functools.cache
-def contract_engine(opa_binary: str) -> WasmEngine:
-    """One wasm engine serving the test policy (stateless, so shared by the contract tests)."""
+def contract_engine(opa_binary: str) -> EmbeddedEngine:
+    """One engine serving the test policy (stateless, so shared by the contract tests)."""
     bundle = built_bundle(opa_binary, str(REGO_DIR), CONTRACT_ENTRYPOINTS)
-    return WasmEngine(bundle, identity="wasm:test-policy")
+    return EmbeddedEngine(bundle, identity="embedded:test-policy")
+
+
+def shipped_bundle(data: Any = None) -> Bundle:
+    """The working tree's shipped policies compiled to wasm, with other ``data`` if given."""
+    bundle = built_bundle(provisioned_opa(), str(POLICY_DIR), (DECISION,))
+    if data is None:
+        return bundle
+    encoded = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return dataclasses.replace(bundle, data=encoded, revision=digest_revision(bundle.wasm, encoded))
+
+
+def shipped_engine(data: Any = None, **options: Any) -> EmbeddedEngine:
+    """An embedded engine serving the shipped policies (and other ``data`` if given)."""
+    return EmbeddedEngine(shipped_bundle(data), **options)
