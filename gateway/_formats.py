@@ -3,17 +3,21 @@
 Each checker takes a string and answers by the grammar the format's RFC gives, matched
 whole (a trailing newline is never accepted), with ASCII digits only where the grammar says
 DIGIT. ``regex`` and ``pattern`` use the ECMA-262 dialect (the ``regress`` engine, with the
-``u`` flag), as JSON Schema specifies. A format not listed in :data:`CHECKERS` cannot be
-asserted, and a schema that uses it is refused when it is compiled.
+``u`` flag), as JSON Schema specifies. :data:`INSTANCE_CHECKERS` adds the formats of the
+OpenAPI Format Registry (``int32``, ``int64``, ``float``, ``double``, ``byte``, ``binary``,
+``password``), asserted exactly. A format in neither table cannot be asserted, and a schema
+that uses it is refused when it is compiled.
 """
 
 from __future__ import annotations
 
 import functools
 import re
+import sys
 import unicodedata
 from collections.abc import Callable
-from typing import Final
+from decimal import Decimal
+from typing import Any, Final
 
 import idna
 import idna.core
@@ -279,4 +283,58 @@ CHECKERS: Final[dict[str, Callable[[str], bool]]] = {
     "json-pointer": _matcher(_JSON_POINTER),
     "relative-json-pointer": _matcher(_RELATIVE_POINTER),
     "regex": _is_regex,
+}
+
+
+# --- the OpenAPI Format Registry ------------------------------------------------------------
+# Formats that OpenAPI documents (and MCP servers generated from them) use widely. Each is
+# asserted exactly, so a tool using one binds instead of being refused for an unknown format.
+
+_INT32: Final = (-(2**31), 2**31 - 1)
+_INT64: Final = (-(2**63), 2**63 - 1)
+_FLOAT_MAX: Final = Decimal("340282346638528859811704183484516925440")  # binary32's largest
+_DOUBLE_MAX: Final = Decimal(sys.float_info.max)
+_BASE64: Final = re.compile(r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?")
+
+
+def _number(value: Any) -> Decimal | None:
+    # Exact admitted numbers are int or Decimal (bool is not a number in JSON).
+    if isinstance(value, bool) or not isinstance(value, int | Decimal | float):
+        return None
+    return Decimal(value)
+
+
+def _integer_in(bounds: tuple[int, int]) -> Callable[[Any], bool]:
+    low, high = bounds
+
+    def check(value: Any) -> bool:
+        number = _number(value)
+        return number is None or (number == number.to_integral_value() and low <= number <= high)
+
+    return check
+
+
+def _magnitude_at_most(limit: Decimal) -> Callable[[Any], bool]:
+    def check(value: Any) -> bool:
+        number = _number(value)
+        return number is None or abs(number) <= limit
+
+    return check
+
+
+def _string_check(check: Callable[[str], bool]) -> Callable[[Any], bool]:
+    return lambda value: not isinstance(value, str) or check(value)
+
+
+#: Formats that apply to other instance types than strings (or to any string), by name:
+#: each takes any instance and answers validity; other types pass, as for every format.
+INSTANCE_CHECKERS: Final[dict[str, Callable[[Any], bool]]] = {
+    "int32": _integer_in(_INT32),
+    "int64": _integer_in(_INT64),
+    "float": _magnitude_at_most(_FLOAT_MAX),
+    "double": _magnitude_at_most(_DOUBLE_MAX),
+    "byte": _string_check(_matcher(_BASE64)),
+    # Annotations of a string's role, with no grammar to assert: any string is valid.
+    "binary": _string_check(lambda _text: True),
+    "password": _string_check(lambda _text: True),
 }

@@ -196,6 +196,8 @@ for _name, _check in _formats.CHECKERS.items():
     _FORMAT_CHECKER.checks(_name)(
         lambda instance, check=_check: not isinstance(instance, str) or check(instance)
     )
+for _name, _instance_check in _formats.INSTANCE_CHECKERS.items():
+    _FORMAT_CHECKER.checks(_name)(_instance_check)
 
 
 _OVERRIDES: Final[dict[str, Any]] = {
@@ -475,7 +477,9 @@ def _check_document(
         seen.add(mark)
         _declare(contents, declared)
         fmt = contents.get("format")
-        if isinstance(fmt, str) and fmt not in _formats.CHECKERS:
+        if isinstance(fmt, str) and not (
+            fmt in _formats.CHECKERS or fmt in _formats.INSTANCE_CHECKERS
+        ):
             raise SchemaError(f"format {fmt!r} has no checker, so it cannot be asserted")
         for keyword in ("$ref", "$dynamicRef"):
             ref = contents.get(keyword)

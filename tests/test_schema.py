@@ -526,7 +526,29 @@ def test_each_format_admits_its_grammar_and_refuses_variants_and_trailing_newlin
     assert _admits(schema, 12) is True  # a format constrains strings only
 
 
-@pytest.mark.parametrize("name", ["unknown", "int64", "binary", "password", "color"])
+#: (format, admitted instances, refused instances) of the OpenAPI Format Registry.
+OPENAPI_FORMATS: dict[str, tuple[list[Any], list[Any]]] = {
+    "int32": ([0, -(2**31), 2**31 - 1, Decimal("7.0"), "text"], [2**31, -(2**31) - 1, 1.5]),
+    "int64": ([2**63 - 1, -(2**63), 0], [2**63, -(2**63) - 1, Decimal("0.5")]),
+    "float": ([1.5, Decimal("3.4E38"), -1], [Decimal("3.5E38"), Decimal("-1E39")]),
+    "double": ([Decimal("1.7976931348623157E308"), 0], [Decimal("1.8E308"), Decimal("-1E400")]),
+    "byte": (["", "YQ==", "YWI=", "YWJj", 7], ["YQ", "Y===", "YWJj\n", "YW Jj", "-_8="]),
+    "binary": (["anything at all", ""], []),
+    "password": (["hunter2", ""], []),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPENAPI_FORMATS))
+def test_openapi_registry_formats_are_asserted_exactly(name: str) -> None:
+    admitted, refused = OPENAPI_FORMATS[name]
+    for value in admitted:
+        assert _admits({"format": name}, value) is True, value
+    for value in refused:
+        assert _admits({"format": name}, value) is False, value
+    assert _admits({"format": name}, None) is True  # other types pass, as for every format
+
+
+@pytest.mark.parametrize("name", ["unknown", "int16", "uint64", "color", "Int32"])
 def test_a_format_without_a_checker_is_refused_at_compile(name: str) -> None:
     with pytest.raises(SchemaError, match=re.escape(f"format {name!r} has no checker")):
         compile_schema(_json.canonical({"properties": {"x": {"format": name}}}))
