@@ -9,9 +9,13 @@
 #   2. opa test --coverage   overall coverage >= MIN_COVERAGE (printed)
 #   3. opa fmt --list        prints nothing (all files formatted)
 #   4. opa check --strict    clean
-#   5. no module (other than *_test.rego) imports a whole package of this library:
-#      regorus evaluates every rule of a package imported that way (see README.md,
-#      "Keeping evaluation cheap"); import the rules themselves instead.
+#   5. no module (other than *_test.rego) imports a whole package of this library
+#      (see README.md, "Keeping evaluation cheap"); import the rules themselves instead.
+#   6. the committed bundle (../bundles/policies.tar.gz, what the embedded engine serves)
+#      is exactly what scripts/build-bundle makes of these sources with this opa.
+#
+# OPA_TEST_TIMEOUT (default 60s) bounds each test: opa's own 5 s default fails the heavier
+# tests on a loaded machine.
 set -euo pipefail
 
 opa="${1:-${OPA_BIN:-}}"
@@ -24,6 +28,7 @@ if [[ -z "${opa}" || ! -x "${opa}" ]]; then
 fi
 
 min_coverage="${MIN_COVERAGE:-90}"
+test_timeout="${OPA_TEST_TIMEOUT:-60s}"
 policy_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 failed=0
 
@@ -34,15 +39,16 @@ version="$("${opa}" version)"
 echo "${version%%$'\n'*}"
 
 echo "== opa test -v ${policy_dir}"
-if ! "${opa}" test "${policy_dir}" -v; then
+if ! "${opa}" test "${policy_dir}" -v --timeout "${test_timeout}"; then
 	echo "FAIL: opa test" >&2
 	failed=1
 fi
 
 echo "== opa test --coverage"
 report="$(mktemp)"
-trap 'rm -f "${report}"' EXIT
-if "${opa}" test "${policy_dir}" --coverage --format=json >"${report}"; then
+rebuilt="$(mktemp)"
+trap 'rm -f "${report}" "${rebuilt}"' EXIT
+if "${opa}" test "${policy_dir}" --coverage --format=json --timeout "${test_timeout}" >"${report}"; then
 	coverage="$("${opa}" eval --stdin-input --format=raw 'input.coverage' <"${report}")"
 	echo "coverage: ${coverage}% (minimum ${min_coverage}%)"
 	if ! awk -v c="${coverage}" -v m="${min_coverage}" 'BEGIN { exit !(c + 0 >= m + 0) }'; then
@@ -75,6 +81,18 @@ if [[ -n "${package_imports}" ]]; then
 	echo "${package_imports}"
 	echo "FAIL: import the rules of these packages, not the packages" >&2
 	failed=1
+fi
+
+echo "== committed bundle"
+committed="${policy_dir}/../bundles/policies.tar.gz"
+if ! "${policy_dir}/../scripts/build-bundle" "${opa}" "${rebuilt}"; then
+	echo "FAIL: the bundle does not build" >&2
+	failed=1
+elif ! cmp -s "${rebuilt}" "${committed}"; then
+	echo "FAIL: bundles/policies.tar.gz differs from the policies: run make bundle" >&2
+	failed=1
+else
+	echo "bundles/policies.tar.gz matches the policies"
 fi
 
 if [[ "${failed}" -ne 0 ]]; then

@@ -94,7 +94,9 @@ message := "the call is authorized" if {
 	count(public_denials) > 0
 } else := "the call is not authorized"
 
-reasons := [sprintf("rbac: tool \"%s\" granted by role(s) %s", [tool_name, concat(", ", sort(data.gateway.authz.rbac.granting_roles))])] if {
+# concat, not sprintf, on the allow path: the compiled policy runs concat natively, while
+# sprintf is a host call (tool_name is always a string, so the text is the same).
+reasons := [concat("", ["rbac: tool \"", tool_name, "\" granted by role(s) ", concat(", ", sort(data.gateway.authz.rbac.granting_roles))])] if {
 	allow
 } else := sort({d.reason | some d in denials}) if {
 	count(denials) > 0
