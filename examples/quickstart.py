@@ -1,7 +1,8 @@
 """The gateway in one file: admit, authorize with the shipped Rego policies, run or refuse.
 
-Runs on the embedded engine (regorus), so no OPA server is needed:
-    make demo
+Runs on the embedded engine (OPA's compiled WebAssembly of the shipped policies, committed as
+bundles/policies.tar.gz), so neither an OPA server nor the opa binary is needed:
+    make quickstart
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from gateway import (
 )
 from gateway.policy import DecisionCache, EmbeddedEngine, PolicyAuthorizer, caller_context
 
-POLICIES = Path(__file__).resolve().parent.parent / "policies"
+BUNDLE = Path(__file__).resolve().parent.parent / "bundles" / "policies.tar.gz"
 
 
 @function_tool
@@ -52,13 +53,13 @@ async def attempt(registry: Registry, call: ToolCall) -> str:
 
 
 async def main() -> None:
-    engine = EmbeddedEngine.from_directory(POLICIES)
+    engine = EmbeddedEngine.from_bundle(BUNDLE)
     authorizer = PolicyAuthorizer(engine, cache=DecisionCache(max_ttl=30))
     registry = Registry(
         Guard(tool=add, authorizer=authorizer),
         Guard(tool=read_file, authorizer=authorizer),
     )
-    print(f"policies {POLICIES.name}/ revision {engine.revision()} on {engine.identity}")
+    print(f"bundle {BUNDLE.name} revision {engine.revision()} on {engine.identity}")
     print("tools:", ", ".join(d.name for d in registry.definitions()))
 
     alice = {"subject": "alice", "roles": ["reader"], "tenant": "acme"}

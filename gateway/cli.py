@@ -29,9 +29,10 @@ from gateway.policy import (
     OpaRestEngine,
     PolicyAuthorizer,
     PolicyError,
-    PolicySources,
     caller_context,
     check_policy_coverage,
+    read_bundle,
+    read_policy_data,
 )
 from gateway.server import ConfigError, build_engine, build_service, expand, load_config, load_tools
 from gateway.server._config import (
@@ -246,9 +247,14 @@ def _mcp(args: argparse.Namespace) -> int:
 def _gate_inputs(args: argparse.Namespace) -> tuple[list[ToolDefinition], dict[str, Any]]:
     config = load_config(args.config)
     folder = Path(args.policies) if args.policies else config.engine.policies
-    if folder is None:
+    if folder is not None:
+        data = read_policy_data(folder)
+    elif config.engine.bundle is not None:
+        data = _json.parse_trusted(read_bundle(config.engine.bundle).data)
+    else:
         raise _UsageError("the engine is an OPA server: name its policy folder with --policies")
-    data = dict(PolicySources.from_directory(folder).data)
+    if not isinstance(data, dict):
+        raise _UsageError("the policy data is not an object")
     return Registry(*expand(load_tools(config))).definitions(), data
 
 

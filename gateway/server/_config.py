@@ -63,7 +63,17 @@ class EngineConfig:
     """Which Rego engine decides, and how."""
 
     kind: str = "embedded"
+    #: The embedded engine's policy: a compiled bundle (file or directory) ...
+    bundle: Path | None = None
+    #: ... or a policy directory compiled at start by the ``opa`` binary.
     policies: Path | None = None
+    #: The opa binary that compiles ``policies`` (default ``$OPA_BIN``, then ``PATH``).
+    opa_binary: Path | None = None
+    #: A PEM public key (or HS* secret) the bundle's signature must verify against.
+    verification_key: bytes | None = field(default=None, repr=False)
+    verification_algorithm: str = "RS256"
+    verification_key_id: str | None = None
+    verification_scope: str | None = None
     url: str | None = None
     timeout_s: float = 1.0
     revision_interval_s: float = 5.0
@@ -243,23 +253,71 @@ def _positive(value: float, key: str) -> float:
     return value
 
 
+_BUNDLE_ALGORITHMS: Final = (
+    *("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512"),
+    *("HS256", "HS384", "HS512"),
+)
+
+
+def _verification(data: Mapping[str, Any], base: Path) -> dict[str, Any]:
+    where = "engine.verification."
+    _known(data, ("key_file", "algorithm", "key_id", "scope"), where)
+    if not data:
+        return {}
+    key_file = _path(base, _get(data, "key_file", str, None, where))
+    if key_file is None:
+        raise ConfigError("engine.verification.key_file: required to verify bundles")
+    try:
+        key = key_file.read_bytes()
+    except OSError as exc:
+        raise ConfigError(
+            f"engine.verification.key_file: cannot read {key_file}: {exc.strerror or exc}"
+        ) from None
+    algorithm = _get(data, "algorithm", str, "RS256", where)
+    if algorithm not in _BUNDLE_ALGORITHMS:
+        raise ConfigError(
+            f"engine.verification.algorithm: must be one of {', '.join(_BUNDLE_ALGORITHMS)}"
+        )
+    return {
+        "verification_key": key,
+        "verification_algorithm": algorithm,
+        "verification_key_id": _get(data, "key_id", str, None, where),
+        "verification_scope": _get(data, "scope", str, None, where),
+    }
+
+
 def _engine(data: Mapping[str, Any], base: Path) -> EngineConfig:
     where = "engine."
     _known(
         data,
-        ("kind", "policies", "url", "timeout_s", "revision_interval_s", "decision_path"),
+        (
+            *("kind", "bundle", "policies", "opa_binary", "verification", "url"),
+            *("timeout_s", "revision_interval_s", "decision_path"),
+        ),
         where,
     )
     kind = _get(data, "kind", str, "embedded", where)
     if kind not in _ENGINES:
         raise ConfigError(f"engine.kind: must be one of {', '.join(_ENGINES)}, got {kind!r}")
+    bundle = _path(base, _get(data, "bundle", str, None, where))
     policies = _path(base, _get(data, "policies", str, None, where))
+    opa_binary = _path(base, _get(data, "opa_binary", str, None, where))
+    verification = _verification(_table(data, "verification", where), base)
     url = _get(data, "url", str, None, where)
     if kind == "embedded":
-        if policies is None:
-            raise ConfigError("engine.policies: required for the embedded engine")
-        if not policies.is_dir():
+        if (bundle is None) == (policies is None):
+            raise ConfigError(
+                "engine.bundle: the embedded engine needs a compiled bundle (bundle) "
+                "or a policy directory (policies), exactly one"
+            )
+        if bundle is not None and not bundle.exists():
+            raise ConfigError(f"engine.bundle: {bundle} does not exist")
+        if policies is not None and not policies.is_dir():
             raise ConfigError(f"engine.policies: {policies} is not a directory")
+        if policies is not None and verification:
+            raise ConfigError("engine.verification: verifies bundles, not policy directories")
+        if opa_binary is not None and policies is None:
+            raise ConfigError("engine.opa_binary: only compiles engine.policies")
     elif url is None or not url.startswith(("http://", "https://")):
         raise ConfigError("engine.url: required for the opa engine (http(s)://host:port)")
     decision_path = _get(data, "decision_path", str, "gateway/authz/decision", where)
@@ -271,7 +329,10 @@ def _engine(data: Mapping[str, Any], base: Path) -> EngineConfig:
         ) from None
     return EngineConfig(
         kind=kind,
+        bundle=bundle,
         policies=policies,
+        opa_binary=opa_binary,
+        **verification,
         url=url,
         timeout_s=_positive(
             float(_get(data, "timeout_s", (int, float), 1.0, where)), "engine.timeout_s"

@@ -23,10 +23,13 @@ from gateway.policy import (
     PathView,
     PolicyAuthorizer,
     PolicyEngine,
+    PolicyLoadError,
+    VerificationKey,
+    normalize_path,
 )
 from gateway.server._app import GatewayApp
 from gateway.server._auth import Authenticator
-from gateway.server._config import ConfigError, GatewayConfig, import_tools
+from gateway.server._config import ConfigError, EngineConfig, GatewayConfig, import_tools
 from gateway.server._gateway import Gateway
 from gateway.server._metrics import GatewayMetrics
 
@@ -56,21 +59,59 @@ def load_tools(config: GatewayConfig) -> list[Tool]:
 
 
 def build_engine(config: GatewayConfig) -> PolicyEngine:
-    """The configured engine (the REST engine still needs ``open()``)."""
+    """The configured engine (the REST engine still needs ``open()``).
+
+    Raises:
+        ConfigError: the embedded engine's bundle or policies do not load, or cannot
+            answer the decision path (named by its key; the cause only as the engine
+            reports it, never a policy's text).
+    """
     engine_config = config.engine
     if engine_config.kind == "embedded":
-        assert engine_config.policies is not None  # noqa: S101 - validated by the config
-        return EmbeddedEngine.from_directory(
-            engine_config.policies,
-            warm_up_path=engine_config.decision_path,
-            timeout=engine_config.timeout_s,
-        )
+        return _embedded_engine(engine_config)
     assert engine_config.url is not None  # noqa: S101 - validated by the config
     return OpaRestEngine(
         engine_config.url,
         timeout=engine_config.timeout_s,
         revision_interval=engine_config.revision_interval_s,
     )
+
+
+def _embedded_engine(engine_config: EngineConfig) -> EmbeddedEngine:
+    decision_path = normalize_path(engine_config.decision_path)
+    key = "engine.bundle" if engine_config.bundle is not None else "engine.policies"
+    try:
+        if engine_config.bundle is not None:
+            verification = None
+            if engine_config.verification_key is not None:
+                verification = VerificationKey(
+                    engine_config.verification_key,
+                    algorithm=engine_config.verification_algorithm,
+                    key_id=engine_config.verification_key_id,
+                    scope=engine_config.verification_scope,
+                )
+            engine = EmbeddedEngine.from_bundle(
+                engine_config.bundle, verification=verification, timeout_s=engine_config.timeout_s
+            )
+        else:
+            assert engine_config.policies is not None  # noqa: S101 - validated by the config
+            engine = EmbeddedEngine.from_directory(
+                engine_config.policies,
+                entrypoints=(decision_path,),
+                opa_binary=engine_config.opa_binary,
+                timeout_s=engine_config.timeout_s,
+            )
+    except PolicyLoadError as exc:
+        # What the engine says (opa's compile errors name the file and line), never more.
+        detail = f": {' '.join(exc.detail.split())}" if exc.detail else ""
+        raise ConfigError(f"{key}: the policy does not load ({exc}){detail}") from None
+    if decision_path not in engine.entrypoints:
+        engine.close()
+        raise ConfigError(
+            f"engine.decision_path: {engine_config.decision_path!r} is not an entrypoint "
+            f"of the bundle (it has: {', '.join(engine.entrypoints) or 'none'})"
+        )
+    return engine
 
 
 def build_path_view(config: GatewayConfig) -> PathView | None:

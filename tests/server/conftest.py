@@ -41,6 +41,8 @@ from gateway.testing import LiveServer, OpaServer
 
 REPO_ROOT: Final = Path(__file__).resolve().parents[2]
 POLICIES: Final = REPO_ROOT / "policies"
+#: The shipped policies compiled to wasm, as examples/gateway.toml serves them.
+BUNDLE: Final = REPO_ROOT / "bundles" / "policies.tar.gz"
 EXAMPLE_CONFIG: Final = REPO_ROOT / "examples" / "gateway.toml"
 PROVISION_SCRIPT: Final = REPO_ROOT / "scripts" / "provision-opa"
 
@@ -249,6 +251,7 @@ def gateway_toml(
     engine: str,
     audit_path: Path,
     policies: Path | None = None,
+    opa_binary: str | None = None,
     opa_url: str | None = None,
     max_body_bytes: int = 65536,
     api_keys: Mapping[str, Mapping[str, Any]] = API_KEYS,
@@ -260,6 +263,8 @@ def gateway_toml(
     lines = ["[engine]", f"kind = {toml_value(engine)}"]
     if engine == "embedded":
         lines.append(f"policies = {toml_value(policies)}")
+        if opa_binary is not None:
+            lines.append(f"opa_binary = {toml_value(opa_binary)}")
     else:
         lines += [f"url = {toml_value(opa_url)}", "timeout_s = 2.0", "revision_interval_s = 0"]
     lines += [
@@ -369,6 +374,7 @@ def start_gateway(
         audit_path = folder / "audit" / "audit.jsonl"
         if kind == "embedded":
             options.setdefault("policies", policy_dir)
+            options.setdefault("opa_binary", request.getfixturevalue("opa_binary"))
         elif "opa_url" not in options:
             options["opa_url"] = request.getfixturevalue("shared_opa").url
         config_path = folder / "gateway.toml"

@@ -214,7 +214,7 @@ def test_check_with_a_broken_policy_exits_2_with_the_engine_message(
     command = ["check", "--config", str(config), "--tool", "add", "--arguments", '{"a":1,"b":2}']
     assert main(command) == 2
     err = capsys.readouterr().err
-    assert err.startswith("gateway check: policy set failed to load"), err
+    assert err.startswith("gateway check: engine.policies: the policy does not load"), err
     assert "main.rego" in err
 
 
@@ -250,7 +250,7 @@ def invalid_configs(tmp_path: Path) -> list[tuple[str, str]]:
         (base.replace("[engine]", "[engine]\ndecision_path = 'a b'"), "engine.decision_path"),
         (
             base.replace(json.dumps(str(REPO_ROOT / "policies")), json.dumps(str(broken_policy))),
-            "policy",
+            "engine.policies",
         ),
         ("this is [not toml", "config: "),
         (
@@ -271,7 +271,7 @@ def test_serve_with_an_invalid_config_exits_2_naming_the_key(
         err = capsys.readouterr().err
         assert err.startswith(f"gateway serve: {named}"), (named, err)
         assert "Traceback" not in err
-        if named == "policy":  # the engine's own message says what is wrong, and where
+        if named == "engine.policies":  # the engine's own message says what is wrong, where
             assert "p.rego" in err, err
     capsys.readouterr()
     assert main(["serve", "--config", str(tmp_path / "missing.toml")]) == 2

@@ -13,7 +13,14 @@ import pytest
 
 from gateway.server import ConfigError, GatewayConfig, api_key_digest, load_config, parse_config
 from gateway.server._config import PUBLISHED_KEYS, check_listener, import_tools
-from tests.server.conftest import ALICE, EXAMPLE_CONFIG, POLICIES, JwtKeys, key_digest
+from tests.server.conftest import (
+    ALICE,
+    BUNDLE,
+    EXAMPLE_CONFIG,
+    POLICIES,
+    JwtKeys,
+    key_digest,
+)
 
 Data = dict[str, Any]
 
@@ -73,7 +80,64 @@ INVALID: list[tuple[str, Change, str]] = [
     ("engine unknown key", setting("engine.policy", "x"), "engine.policy: unknown key"),
     ("engine.kind unknown", setting("engine.kind", "wasm"), "engine.kind: "),
     ("engine.kind not a string", setting("engine.kind", 1), "engine.kind: "),
-    ("engine.policies missing", setting("engine.policies", ...), "engine.policies: "),
+    ("engine without policy", setting("engine.policies", ...), "engine.bundle: "),
+    ("engine.bundle and policies", setting("engine.bundle", str(BUNDLE)), "engine.bundle: "),
+    (
+        "engine.bundle missing file",
+        lambda d: at(at(d, "engine.policies", ...), "engine.bundle", "/no/such.tar.gz"),
+        "engine.bundle: ",
+    ),
+    ("engine.bundle a number", setting("engine.bundle", 3), "engine.bundle: "),
+    (
+        "engine.opa_binary for a bundle",
+        lambda d: at(
+            at(at(d, "engine.policies", ...), "engine.bundle", str(BUNDLE)),
+            "engine.opa_binary",
+            "/usr/bin/opa",
+        ),
+        "engine.opa_binary: ",
+    ),
+    (
+        "engine.verification for a directory",
+        setting("engine.verification", {"key_file": str(BUNDLE)}),
+        "engine.verification: ",
+    ),
+    (
+        "engine.verification without a key",
+        lambda d: at(
+            at(at(d, "engine.policies", ...), "engine.bundle", str(BUNDLE)),
+            "engine.verification",
+            {"algorithm": "RS256"},
+        ),
+        "engine.verification.key_file: ",
+    ),
+    (
+        "engine.verification unreadable key",
+        lambda d: at(
+            at(at(d, "engine.policies", ...), "engine.bundle", str(BUNDLE)),
+            "engine.verification",
+            {"key_file": "/no/such.pem"},
+        ),
+        "engine.verification.key_file: ",
+    ),
+    (
+        "engine.verification unknown algorithm",
+        lambda d: at(
+            at(at(d, "engine.policies", ...), "engine.bundle", str(BUNDLE)),
+            "engine.verification",
+            {"key_file": str(BUNDLE), "algorithm": "none"},
+        ),
+        "engine.verification.algorithm: ",
+    ),
+    (
+        "engine.verification unknown key",
+        lambda d: at(
+            at(at(d, "engine.policies", ...), "engine.bundle", str(BUNDLE)),
+            "engine.verification",
+            {"key_file": str(BUNDLE), "kid": "x"},
+        ),
+        "engine.verification.kid: unknown key",
+    ),
     (
         "engine.policies not a folder",
         setting("engine.policies", "/no/such/dir"),
@@ -309,7 +373,9 @@ modules = ["examples.example_tools:TOOLS", "tests.server.conftest:TEST_TOOLS"]
 
 def test_the_shipped_example_config_loads(tmp_path: Path) -> None:
     config = load_config(_shipped(tmp_path, "examples"))
-    assert config.engine.policies == POLICIES  # through the symlink beside the copy
+    # The committed bundle (through the symlink beside the copy): no opa binary needed.
+    assert config.engine.bundle == BUNDLE
+    assert config.engine.policies is None
     assert config.audit.path == tmp_path / "repo" / ".demo" / "audit" / "audit.jsonl"
     assert len(config.auth.api_keys) == 3
     digests = {key.sha256: key.context for key in config.auth.api_keys}
@@ -524,6 +590,7 @@ def _shipped(tmp_path: Path, name: str) -> Path:
     root = tmp_path / "repo"
     (root / name).mkdir(parents=True)
     (root / "policies").symlink_to(POLICIES)
+    (root / "bundles").symlink_to(BUNDLE.parent)
     text = (EXAMPLE_CONFIG.parents[1] / name / "gateway.toml").read_text(encoding="utf-8")
     path = root / name / "gateway.toml"
     path.write_text(text.replace("/run/secrets/", f"{tmp_path}/secrets/"), encoding="utf-8")

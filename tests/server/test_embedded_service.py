@@ -1,0 +1,177 @@
+"""The service's embedded engine: OPA-compiled bundles, verified when a key is configured.
+
+``engine.bundle`` serves a bundle (the demo: the committed ``bundles/policies.tar.gz``, so no
+opa binary is needed); ``engine.policies`` compiles a directory with the opa binary at start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from gateway import Authorization, ToolDefinition
+from gateway.policy import EmbeddedEngine, InputDocument, build_bundle, caller_context
+from gateway.server import ConfigError, parse_config
+from gateway.server._service import build_engine
+from tests.server.conftest import BUNDLE, POLICIES
+
+ADD = ToolDefinition(
+    "add",
+    {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+        "required": ["a", "b"],
+        "additionalProperties": False,
+    },
+    "Add two integers",
+)
+
+
+def _config(tmp_path: Path, engine: dict[str, Any]) -> Any:
+    return parse_config(
+        {
+            "engine": {"kind": "embedded", **engine},
+            "audit": {"enabled": False},
+            "auth": {"api_keys": [{"sha256": "a" * 64, "context": {"subject": "alice"}}]},
+            "tools": {"modules": ["examples.example_tools:TOOLS"]},
+        },
+        base=tmp_path,
+    )
+
+
+def _decide(engine: Any, roles: list[str]) -> bool:
+    async def decide() -> bool:
+        with caller_context(subject="alice", roles=roles, tenant="acme"):
+            document = InputDocument(Authorization(ADD, b'{"a": 1, "b": 2}'))
+            answer = await engine.evaluate("gateway/authz/decision", document)
+        return bool(answer.value["allow"])
+
+    return asyncio.run(decide())
+
+
+def test_the_committed_bundle_is_what_opa_builds_from_the_shipped_policies(
+    tmp_path: Path, opa_binary: str
+) -> None:
+    built = build_bundle(
+        opa_binary, POLICIES, tmp_path / "b.tar.gz", entrypoints=("gateway/authz/decision",)
+    )
+    assert built.read_bytes() == BUNDLE.read_bytes(), "bundles/policies.tar.gz: run make bundle"
+
+
+def test_a_bundle_is_served_with_no_opa_binary_anywhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPA_BIN", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    engine = build_engine(_config(tmp_path, {"bundle": str(BUNDLE)}))
+    assert isinstance(engine, EmbeddedEngine)
+    assert engine.identity == f"embedded:{BUNDLE}"
+    assert _decide(engine, ["writer"]) is True
+    assert _decide(engine, []) is False
+
+
+def test_a_policy_directory_is_compiled_with_the_configured_opa(
+    tmp_path: Path, opa_binary: str
+) -> None:
+    config = _config(tmp_path, {"policies": str(POLICIES), "opa_binary": opa_binary})
+    engine = build_engine(config)
+    assert isinstance(engine, EmbeddedEngine)
+    assert _decide(engine, ["writer"]) is True
+
+
+def test_a_policy_directory_without_an_opa_binary_names_its_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPA_BIN", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(ConfigError, match=r"^engine\.policies: .*no opa binary"):
+        build_engine(_config(tmp_path, {"policies": str(POLICIES)}))
+
+
+def test_a_bundle_that_does_not_load_names_its_key_and_quotes_nothing(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.tar.gz"
+    broken.write_bytes(b"SECRET-TEXT-" * 100)
+    with pytest.raises(ConfigError) as caught:
+        build_engine(_config(tmp_path, {"bundle": str(broken)}))
+    assert str(caught.value).startswith("engine.bundle: the policy does not load")
+    assert "SECRET" not in str(caught.value)
+
+
+def test_a_decision_path_the_bundle_cannot_answer_names_its_key(tmp_path: Path) -> None:
+    config = _config(tmp_path, {"bundle": str(BUNDLE), "decision_path": "gateway/other/decision"})
+    with pytest.raises(ConfigError, match=r"^engine\.decision_path: .*not an entrypoint"):
+        build_engine(config)
+
+
+@pytest.fixture(scope="module")
+def rsa_keys(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A private key for opa to sign with, and its public key for the gateway."""
+    folder = tmp_path_factory.mktemp("bundle-keys")
+    private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    (folder / "private.pem").write_bytes(
+        private.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    (folder / "public.pem").write_bytes(
+        private.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    return folder / "private.pem", folder / "public.pem"
+
+
+def test_a_signed_bundle_is_served_when_it_verifies(
+    tmp_path: Path, rsa_keys: tuple[Path, Path], opa_binary: str
+) -> None:
+    private, public = rsa_keys
+    signed = build_bundle(
+        opa_binary,
+        POLICIES,
+        tmp_path / "signed.tar.gz",
+        entrypoints=("gateway/authz/decision",),
+        signing_key=private,
+        signing_alg="RS256",
+    )
+    config = _config(tmp_path, {"bundle": str(signed), "verification": {"key_file": str(public)}})
+    engine = build_engine(config)
+    assert isinstance(engine, EmbeddedEngine)
+    assert engine.bundle.signed is True
+    assert _decide(engine, ["writer"]) is True
+
+
+@pytest.mark.parametrize("bundle", ["unsigned", "other key"])
+def test_a_bundle_that_does_not_verify_is_refused_at_start(
+    tmp_path: Path, rsa_keys: tuple[Path, Path], bundle: str, opa_binary: str
+) -> None:
+    _, public = rsa_keys
+    if bundle == "unsigned":
+        served = BUNDLE
+    else:
+        other = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        key = tmp_path / "other.pem"
+        key.write_bytes(
+            other.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
+        served = build_bundle(
+            opa_binary,
+            POLICIES,
+            tmp_path / "other.tar.gz",
+            entrypoints=("gateway/authz/decision",),
+            signing_key=key,
+            signing_alg="RS256",
+        )
+    config = _config(tmp_path, {"bundle": str(served), "verification": {"key_file": str(public)}})
+    with pytest.raises(ConfigError, match=r"^engine\.bundle: the policy does not load"):
+        build_engine(config)
