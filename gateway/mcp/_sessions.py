@@ -381,17 +381,26 @@ class SessionGuard:
             return
         inner_scope, inner_receive = read
         status: list[int] = []
+        left = False
+
+        def leave() -> None:
+            nonlocal left
+            if not left:
+                left = True
+                self._table.leave(session_id)
 
         async def watch(message: Message) -> None:
             if message["type"] == "http.response.start":
                 status.append(message["status"])
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                leave()  # the request is over for the client once its last byte is sent
             await send(message)
 
         self._table.enter(session_id)
         try:
             await self._app(inner_scope, inner_receive, watch)
         finally:
-            self._table.leave(session_id)
+            leave()
         code = status[0] if status else None
         if scope["method"] == "DELETE" and code is not None and 200 <= code < 300:
             if self._table.close(session_id):
@@ -420,30 +429,40 @@ class SessionGuard:
             await response(scope, receive, send)
             return
         opened: list[str] = []
+        reserved = opening
         refused = False
 
         async def watch(event: Message) -> None:
-            nonlocal refused
+            nonlocal refused, reserved
             if refused:
                 return
             if event["type"] == "http.response.start" and event["status"] < 400:
                 created = Headers(raw=event.get("headers", [])).get(_SESSION_HEADER)
                 if created is not None:
-                    if not await self._admit(created, caller, reserved=opening):
+                    admitted = await self._admit(created, caller, reserved=reserved)
+                    if reserved:
+                        # The reservation becomes the session (or is given back) now, not
+                        # when the SDK's handling of this request finally returns.
+                        self._table.unreserve(caller.principal)
+                        reserved = False
+                    if not admitted:
                         refused = True
                         response = _rpc_error("The session could not be opened", 503)
                         await response(scope, receive, send)
                         return
                     opened.append(created)
+            elif event["type"] == "http.response.body" and not event.get("more_body"):
+                while opened:
+                    self._table.leave(opened.pop())
             await send(event)
 
         try:
             await self._app(inner_scope, inner_receive, watch)
         finally:
-            if opening:
+            if reserved:
                 self._table.unreserve(caller.principal)
-            for created in opened:
-                self._table.leave(created)
+            while opened:
+                self._table.leave(opened.pop())
 
     async def _admit(self, session_id: str, caller: _Caller, *, reserved: bool) -> bool:
         """Record a session the SDK just opened; whether its id may be handed out."""
