@@ -7,7 +7,9 @@ subprocess). The upstream's record shows what reached it; the audit trail is ver
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -47,6 +49,7 @@ from tests.mcp.conftest import (
     calls,
     serving,
 )
+from tests.mcp.surfaces import INITIALIZED, initialize, tool_call
 from tests.mcp.upstream_server import read_record
 
 NO_DECISION = "no policy decision could be made; the call was not run"
@@ -417,3 +420,63 @@ async def test_a_call_uses_the_gateway_current_when_it_arrives() -> None:
     assert gone.is_error
     assert _code(gone) == "unknown_tool"
     assert first.calls == []
+
+
+def test_stdio_gateway_admits_the_bytes_sent_not_what_a_lenient_parser_makes_of_them(
+    write_config: ConfigWriter, record: Path, audit_path: Path
+) -> None:
+    config = write_config()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "mcp", "--config", str(config), "--transport", "stdio"],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=dict(os.environ),
+    )
+    assert process.stdin is not None
+    assert process.stdout is not None
+
+    def exchange(line: bytes) -> dict[str, Any]:
+        assert process.stdin is not None
+        assert process.stdout is not None
+        process.stdin.write(line + b"\n")
+        process.stdin.flush()
+        answer: dict[str, Any] = json.loads(process.stdout.readline())
+        return answer
+
+    try:
+        exchange(initialize(1))
+        process.stdin.write(INITIALIZED + b"\n")
+        allowed_last = exchange(
+            tool_call(
+                2,
+                f'{{"path": "{OTHER_TENANT_PATH}", "path": "{ALLOWED_PATH}"}}'.encode(),
+                name="read_file",
+            )
+        )
+        denied_last = exchange(
+            tool_call(
+                3,
+                f'{{"path": "{ALLOWED_PATH}", "path": "{OTHER_TENANT_PATH}"}}'.encode(),
+                name="read_file",
+            )
+        )
+        not_utf8 = exchange(tool_call(4, b'{"path": "/srv/tenants/acme/\xff"}', name="read_file"))
+        bad_envelope = exchange(b'{"jsonrpc": "2.0", "id": 5, "id": 6, "method": "tools/list"}')
+        plain = exchange(tool_call(7, f'{{"path": "{ALLOWED_PATH}"}}'.encode(), name="read_file"))
+    finally:
+        process.stdin.close()
+        process.wait(30)
+        process.stdout.close()
+
+    for answer in (allowed_last, denied_last, not_utf8):
+        assert answer["result"]["isError"] is True
+        assert answer["result"]["_meta"]["gateway/code"] == "invalid_arguments"
+    assert bad_envelope["error"]["code"] == -32700
+    assert plain["result"]["_meta"]["gateway/code"] == "ok"
+    # Only the plain call reached the upstream; the refusals are audited as invalid.
+    assert calls(read_record(record)) == [("read_file", {"path": ALLOWED_PATH})]
+    outcomes = [
+        (r["outcome"], r["code"]) for r in audit_records(audit_path) if r["type"] == "outcome"
+    ]
+    assert outcomes == [("invalid", "invalid_arguments")] * 3 + [("executed", None)]
