@@ -25,6 +25,7 @@ from gateway.audit._mask import (
     DEFAULT_VALUE_PATTERNS,
 )
 from gateway.mcp._front import McpFront
+from gateway.mcp._sessions import SessionTable
 from gateway.mcp._upstream import UpstreamSet
 from gateway.policy import (
     CallerContext,
@@ -185,8 +186,14 @@ class McpService:
         """
         host = host or self.config.server.host
         port = port if port is not None else self.config.server.port
+        sessions = SessionTable(
+            max_per_caller=self.config.mcp.max_sessions_per_caller,
+            idle_timeout=self.config.mcp.session_idle_timeout_s,
+        )
         config = uvicorn.Config(
-            self.front.http_app(host=host, max_body_bytes=self.config.server.max_body_bytes),
+            self.front.http_app(
+                host=host, max_body_bytes=self.config.server.max_body_bytes, sessions=sessions
+            ),
             host=host,
             port=port,
             log_level=log_level,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import ipaddress
+import math
 import os
 import re
 import secrets
@@ -178,10 +179,14 @@ class McpConfig:
 
     ``stdio_context`` is the caller context of every call made over the stdio transport,
     whose launcher is local and trusted; over HTTP, callers authenticate as in ``[auth]``.
+    Over HTTP, each principal may hold ``max_sessions_per_caller`` sessions at once, and a
+    session with no request in flight for ``session_idle_timeout_s`` seconds ends.
     """
 
     stdio_context: Mapping[str, Any] | None = None
     upstreams: tuple[McpUpstreamConfig, ...] = ()
+    max_sessions_per_caller: int = 8
+    session_idle_timeout_s: float = 1800.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -688,7 +693,18 @@ def _upstream(entry: Any, index: int, base: Path) -> McpUpstreamConfig:
 
 def _mcp(data: Mapping[str, Any], base: Path) -> McpConfig:
     where = "mcp."
-    _known(data, ("stdio_context", "upstreams"), where)
+    _known(
+        data,
+        ("stdio_context", "upstreams", "max_sessions_per_caller", "session_idle_timeout_s"),
+        where,
+    )
+    max_sessions = _get(data, "max_sessions_per_caller", int, 8, where)
+    if max_sessions < 1:
+        raise ConfigError("mcp.max_sessions_per_caller: must be at least 1")
+    idle = float(_get(data, "session_idle_timeout_s", (int, float), 1800.0, where))
+    if not math.isfinite(idle):
+        raise ConfigError("mcp.session_idle_timeout_s: must be finite")
+    _positive(idle, "mcp.session_idle_timeout_s")
     context = _get(data, "stdio_context", Mapping, None, where)
     if context is not None and (
         not isinstance(context.get("subject"), str) or not context["subject"].strip()
@@ -706,7 +722,10 @@ def _mcp(data: Mapping[str, Any], base: Path) -> McpConfig:
             )
         upstreams.append(upstream)
     return McpConfig(
-        stdio_context=dict(context) if context is not None else None, upstreams=tuple(upstreams)
+        stdio_context=dict(context) if context is not None else None,
+        upstreams=tuple(upstreams),
+        max_sessions_per_caller=max_sessions,
+        session_idle_timeout_s=idle,
     )
 
 

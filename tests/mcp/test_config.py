@@ -128,3 +128,32 @@ def test_invalid_mcp_settings_are_refused_naming_the_key(
 ) -> None:
     with pytest.raises(ConfigError, match=message):
         parse_config(_config(tmp_path, mcp=mcp), base=tmp_path)
+
+
+def test_the_session_limit_and_idle_timeout_are_configured_with_defaults(tmp_path: Path) -> None:
+    default = parse_config(_config(tmp_path), base=tmp_path).mcp
+    chosen = parse_config(
+        _config(tmp_path, mcp={"max_sessions_per_caller": 2, "session_idle_timeout_s": 30}),
+        base=tmp_path,
+    ).mcp
+
+    assert (default.max_sessions_per_caller, default.session_idle_timeout_s) == (8, 1800.0)
+    assert (chosen.max_sessions_per_caller, chosen.session_idle_timeout_s) == (2, 30.0)
+
+
+@pytest.mark.parametrize(
+    ("mcp", "message"),
+    [
+        ({"max_sessions_per_caller": 0}, "mcp.max_sessions_per_caller: must be at least 1"),
+        ({"max_sessions_per_caller": 1.5}, "mcp.max_sessions_per_caller: must be int"),
+        ({"max_sessions_per_caller": True}, "mcp.max_sessions_per_caller: must be int"),
+        ({"session_idle_timeout_s": 0}, "mcp.session_idle_timeout_s: must be positive"),
+        ({"session_idle_timeout_s": float("inf")}, "mcp.session_idle_timeout_s: must be finite"),
+        ({"session_idle_timeout_s": "1"}, "mcp.session_idle_timeout_s: must be int or float"),
+    ],
+)
+def test_a_bad_session_setting_is_refused_naming_its_key(
+    tmp_path: Path, mcp: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_config(_config(tmp_path, mcp=mcp), base=tmp_path)
