@@ -39,5 +39,5 @@ def test_quickstart_runs_and_prints_the_documented_outcomes() -> None:
 
     assert (result.returncode, result.stderr) == (0, "")
     header, *lines = result.stdout.splitlines()
-    assert re.fullmatch(r"policies policies/ revision [0-9a-f]+ on embedded:.+", header)
+    assert re.fullmatch(r"bundle policies.tar.gz revision sha256:[0-9a-f]+ on embedded:.+", header)
     assert lines == EXPECTED_LINES
