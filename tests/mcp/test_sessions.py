@@ -222,23 +222,24 @@ def test_a_session_whose_opening_cannot_be_audited_is_never_handed_out(served: S
     assert served.table.count(served_principal(served, "alice-key")) == 0
 
 
-def test_a_listening_stream_keeps_its_session_from_expiring() -> None:
+def test_a_request_in_flight_keeps_its_session_from_expiring() -> None:
     clock = FakeClock()
     table = SessionTable(max_per_caller=1, idle_timeout=60, clock=clock)
-    served = Served(table)
-    try:
-        session = served.open("alice-key")
-        table.enter(session)  # what an open GET stream does while it lasts
-        clock.advance(3600)
-        alive = table.owner(session)
-        table.leave(session)
-        clock.advance(61)
-        gone = table.owner(session)
-    finally:
-        served.close()
+    table.open("s1", "api-key:alice", "alice")  # its opening request is in flight
+    table.leave("s1")
+    table.enter("s1")  # a GET stream that stays open for an hour
+    clock.advance(3600)
+    alive = table.owner("s1")
+    table.leave("s1")
+    clock.advance(59)
+    still = table.owner("s1")
+    clock.advance(1)
+    gone = table.owner("s1")
 
-    assert alive is not None
+    assert alive == still == "api-key:alice"
     assert gone is None
+    assert table.count("api-key:alice") == 0
+    assert table.take_expired() == [("s1", "api-key:alice", "alice")]
 
 
 async def test_the_sdk_clients_session_is_refused_to_another_key_and_keeps_working() -> None:
