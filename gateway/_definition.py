@@ -1,4 +1,9 @@
-"""ToolDefinition: the model-visible contract of one tool (name, description, input schema)."""
+"""ToolDefinition: the model-visible contract of one tool (name, description, input schema).
+
+Optional, keyword-only metadata travels with it: a display ``title``, behaviour
+``annotations`` (MCP tool annotations such as ``destructiveHint``) and an ``output_schema``.
+The policy sees them in ``input.tool`` when they are present.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,8 @@ from gateway import _json
 from gateway._errors import InvalidDefinitionError
 
 _NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
+#: The MCP specification's tool-name rule, accepted for imported (upstream) tools.
+_IMPORTED_NAME: Final = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 
 
 def _schema_bytes(input_schema: object) -> bytes:
@@ -37,6 +44,30 @@ def _schema_bytes(input_schema: object) -> bytes:
     )
 
 
+def _object_bytes(value: object, what: str) -> bytes | None:
+    # An optional JSON object (a mapping or JSON text), kept canonically; None when absent.
+    if value is None:
+        return None
+    if isinstance(value, bytes | bytearray | memoryview | str):
+        raw = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else bytes(value)
+        try:
+            document = _json.parse(raw, max_depth=10_000)
+        except (_json.StrictJSONError, RecursionError):
+            document = None
+    elif isinstance(value, Mapping):
+        document = dict(value)
+    else:
+        document = None
+    if not isinstance(document, dict):
+        raise InvalidDefinitionError(f"tool: invalid tool definition: {what} must be a JSON object")
+    try:
+        return _json.canonical(document)
+    except (_json.StrictJSONError, RecursionError, UnicodeError):
+        raise InvalidDefinitionError(
+            f"tool: invalid tool definition: {what} must be a JSON object"
+        ) from None
+
+
 class ToolDefinition:
     """An immutable, validated tool definition, safe to show to a model.
 
@@ -45,23 +76,58 @@ class ToolDefinition:
         input_schema: a JSON object whose ``type`` is exactly ``"object"``, as a mapping or
             as JSON text/bytes (kept byte for byte).
         description: any valid text; may be empty.
+        title: an optional display name (text).
+        annotations: optional behaviour hints (a JSON object, e.g. MCP's
+            ``{"destructiveHint": true}``), shown to the policy as ``input.tool.annotations``.
+        output_schema: an optional JSON object describing the structured result, shown to
+            the policy as ``input.tool.output_schema``.
+        imported: the tool comes from another system (an upstream MCP server): its name
+            follows the MCP rule, 1 to 128 characters of ``[A-Za-z0-9_.-]``. The gateway's
+            own tools keep the strict rule.
 
     Raises:
         InvalidDefinitionError: any rule above is broken. The checks run in the order name,
-            description, schema presence, schema shape, schema type.
+            description, schema presence, schema shape, schema type, then the metadata.
     """
 
-    __slots__ = ("_description", "_name", "_schema")
+    __slots__ = (
+        "_annotations",
+        "_description",
+        "_key",
+        "_name",
+        "_output_schema",
+        "_schema",
+        "_title",
+    )
 
     _name: str
     _description: str
     _schema: bytes
+    _title: str | None
+    _annotations: bytes | None
+    _output_schema: bytes | None
+    _key: tuple[object, ...]
 
-    def __init__(self, name: str, input_schema: object, description: str = "") -> None:
-        if not isinstance(name, str) or _NAME.fullmatch(name) is None:
+    def __init__(
+        self,
+        name: str,
+        input_schema: object,
+        description: str = "",
+        *,
+        title: str | None = None,
+        annotations: object = None,
+        output_schema: object = None,
+        imported: bool = False,
+    ) -> None:
+        rule = _IMPORTED_NAME if imported else _NAME
+        if not isinstance(name, str) or rule.fullmatch(name) is None:
+            limits = (
+                "1-128 characters of [A-Za-z0-9_.-]"
+                if imported
+                else ("1-64 characters of [A-Za-z0-9_-]")
+            )
             raise InvalidDefinitionError(
-                f"tool: invalid tool definition: name {name!r} must be 1-64 characters of "
-                "[A-Za-z0-9_-]"
+                f"tool: invalid tool definition: name {name!r} must be {limits}"
             )
         if not isinstance(description, str):
             raise InvalidDefinitionError("tool: invalid tool definition: description must be text")
@@ -87,9 +153,26 @@ class ToolDefinition:
             raise InvalidDefinitionError(
                 'tool: invalid tool definition: input schema type must be "object"'
             )
+        if title is not None:
+            if not isinstance(title, str):
+                raise InvalidDefinitionError("tool: invalid tool definition: title must be text")
+            try:
+                title.encode("utf-8")
+            except UnicodeEncodeError:
+                raise InvalidDefinitionError(
+                    "tool: invalid tool definition: title is not valid UTF-8"
+                ) from None
+        annotations_json = _object_bytes(annotations, "annotations")
+        output_json = _object_bytes(output_schema, "output schema")
         object.__setattr__(self, "_name", name)
         object.__setattr__(self, "_description", description)
         object.__setattr__(self, "_schema", schema)
+        object.__setattr__(self, "_title", title)
+        object.__setattr__(self, "_annotations", annotations_json)
+        object.__setattr__(self, "_output_schema", output_json)
+        object.__setattr__(
+            self, "_key", (name, description, schema, title, annotations_json, output_json)
+        )
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"ToolDefinition is immutable: cannot set {name!r}")
@@ -118,17 +201,43 @@ class ToolDefinition:
         value: dict[str, Any] = json.loads(self._schema)
         return value
 
+    @property
+    def title(self) -> str | None:
+        """The display title, or ``None``."""
+        return self._title
+
+    @property
+    def annotations_json(self) -> bytes | None:
+        """The annotations as canonical JSON, or ``None`` when there are none."""
+        return self._annotations
+
+    @property
+    def annotations(self) -> dict[str, Any] | None:
+        """A fresh decoded copy of the annotations, or ``None``."""
+        return None if self._annotations is None else _decoded(self._annotations)
+
+    @property
+    def output_schema_json(self) -> bytes | None:
+        """The output schema as canonical JSON, or ``None`` when there is none."""
+        return self._output_schema
+
+    @property
+    def output_schema(self) -> dict[str, Any] | None:
+        """A fresh decoded copy of the output schema, or ``None``."""
+        return None if self._output_schema is None else _decoded(self._output_schema)
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ToolDefinition):
             return NotImplemented
-        return (self._name, self._description, self._schema) == (
-            other._name,
-            other._description,
-            other._schema,
-        )
+        return self._key == other._key
 
     def __hash__(self) -> int:
-        return hash((self._name, self._description, self._schema))
+        return hash(self._key)
 
     def __repr__(self) -> str:
         return f"ToolDefinition(name={self._name!r}, description={self._description!r})"
+
+
+def _decoded(raw: bytes) -> dict[str, Any]:
+    value: dict[str, Any] = json.loads(raw)
+    return value

@@ -6,6 +6,8 @@ import re
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gateway import InvalidDefinitionError, InvalidToolError, ToolDefinition
 
@@ -210,3 +212,110 @@ def test_repr_names_the_tool_without_the_schema() -> None:
     assert (
         repr(ToolDefinition("read", OBJECT, "d")) == "ToolDefinition(name='read', description='d')"
     )
+
+
+# -- optional metadata and imported names ---------------------------------------------------
+
+
+def test_title_annotations_and_output_schema_are_kept_and_decoded_afresh() -> None:
+    annotations = {"destructiveHint": True, "readOnlyHint": False}
+    definition = ToolDefinition(
+        "write_file",
+        OBJECT,
+        "Write.",
+        title="Write a file",
+        annotations=annotations,
+        output_schema={"type": "object", "properties": {"size": {"type": "integer"}}},
+    )
+    annotations["destructiveHint"] = False  # the caller's mapping does not leak in
+
+    assert definition.title == "Write a file"
+    assert definition.annotations == {"destructiveHint": True, "readOnlyHint": False}
+    assert definition.annotations_json == b'{"destructiveHint":true,"readOnlyHint":false}'
+    assert definition.output_schema == {
+        "type": "object",
+        "properties": {"size": {"type": "integer"}},
+    }
+    copy = definition.annotations
+    assert copy is not None
+    copy["destructiveHint"] = False
+    assert definition.annotations == {"destructiveHint": True, "readOnlyHint": False}
+
+
+def test_a_definition_without_metadata_has_none_of_it() -> None:
+    definition = ToolDefinition("read", OBJECT)
+
+    assert (definition.title, definition.annotations, definition.output_schema) == (
+        None,
+        None,
+        None,
+    )
+    assert definition.annotations_json is None
+    assert definition.output_schema_json is None
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"title": 3}, "title must be text"),
+        ({"title": "\ud800"}, "title is not valid UTF-8"),
+        ({"annotations": []}, "annotations must be a JSON object"),
+        ({"annotations": "[1]"}, "annotations must be a JSON object"),
+        ({"annotations": "{"}, "annotations must be a JSON object"),
+        ({"annotations": 5}, "annotations must be a JSON object"),
+        ({"annotations": {"x": float("nan")}}, "annotations must be a JSON object"),
+        ({"output_schema": "true"}, "output schema must be a JSON object"),
+        ({"output_schema": b'{"a":1,"a":2}'}, "output schema must be a JSON object"),
+    ],
+)
+def test_metadata_that_is_not_text_or_a_json_object_is_refused(
+    fields: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(InvalidDefinitionError, match=re.escape(message)):
+        ToolDefinition("read", OBJECT, **fields)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"title": "T"},
+        {"annotations": {"destructiveHint": True}},
+        {"output_schema": {"type": "object"}},
+    ],
+)
+def test_definitions_differ_when_any_metadata_differs(fields: dict[str, Any]) -> None:
+    plain = ToolDefinition("read", OBJECT, "d")
+    with_metadata = ToolDefinition("read", OBJECT, "d", **fields)
+
+    assert plain != with_metadata
+    assert with_metadata == ToolDefinition("read", OBJECT, "d", **fields)
+    assert hash(with_metadata) == hash(ToolDefinition("read", OBJECT, "d", **fields))
+
+
+@pytest.mark.parametrize("name", ["a.b", "fs.read_file", "x" * 128, "v1.2-beta_3", "...", "a" * 65])
+def test_imported_names_follow_the_mcp_rule_of_1_to_128_characters_with_dots(name: str) -> None:
+    assert ToolDefinition(name, OBJECT, imported=True).name == name
+    with pytest.raises(InvalidDefinitionError, match=re.escape("1-64 characters of")):
+        ToolDefinition(name, OBJECT)
+
+
+@pytest.mark.parametrize(
+    "name", ["", "x" * 129, "a b", "a/b", "a:b", "ä", "a\n", "a\x00", "a,b", "a@b"]
+)
+def test_imported_names_outside_the_mcp_rule_are_refused(name: str) -> None:
+    with pytest.raises(
+        InvalidDefinitionError, match=re.escape("must be 1-128 characters of [A-Za-z0-9_.-]")
+    ):
+        ToolDefinition(name, OBJECT, imported=True)
+
+
+@given(st.text(alphabet=st.characters(codec="utf-8"), max_size=140))
+def test_an_imported_name_is_valid_exactly_when_it_matches_the_mcp_rule(name: str) -> None:
+    expected = re.fullmatch(r"[A-Za-z0-9_.-]{1,128}", name) is not None
+    try:
+        ToolDefinition(name, OBJECT, imported=True)
+    except InvalidDefinitionError:
+        valid = False
+    else:
+        valid = True
+    assert valid is expected

@@ -20,18 +20,24 @@ from gateway.policy._paths import PathView, merge_path_facts
 
 @functools.lru_cache(maxsize=4096)
 def _tool_json(definition: ToolDefinition) -> bytes:
-    # Definitions are immutable and few; their encoding is computed once each.
-    return b"".join(
-        (
-            b'{"description":',
-            json.dumps(definition.description, ensure_ascii=False).encode("utf-8"),
-            b',"input_schema":',
-            _json.canonical(_json.parse(definition.input_schema_json, max_depth=10_000)),
-            b',"name":',
-            json.dumps(definition.name).encode("utf-8"),
-            b"}",
-        )
-    )
+    # Definitions are immutable and few; their encoding is computed once each. Members in
+    # canonical (sorted) order; the optional metadata only when the definition has it.
+    parts: list[bytes] = []
+    if definition.annotations_json is not None:
+        parts += [b'"annotations":', definition.annotations_json, b","]
+    parts += [
+        b'"description":',
+        json.dumps(definition.description, ensure_ascii=False).encode("utf-8"),
+        b',"input_schema":',
+        _json.canonical(_json.parse(definition.input_schema_json, max_depth=10_000)),
+        b',"name":',
+        json.dumps(definition.name).encode("utf-8"),
+    ]
+    if definition.output_schema_json is not None:
+        parts += [b',"output_schema":', definition.output_schema_json]
+    if definition.title is not None:
+        parts += [b',"title":', json.dumps(definition.title, ensure_ascii=False).encode("utf-8")]
+    return b"".join((b"{", *parts, b"}"))
 
 
 @functools.lru_cache(maxsize=4096)

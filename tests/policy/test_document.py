@@ -200,3 +200,46 @@ def test_input_document_digest_is_invariant_under_any_member_order_and_layout(
     shuffled = json.dumps(reorder(arguments, randoms), ensure_ascii=True, indent=indent)
 
     assert document(shuffled).digest == document(compact).digest
+
+
+def test_the_tool_member_shows_title_annotations_and_output_schema_when_present() -> None:
+    definition = ToolDefinition(
+        "write_file",
+        {"type": "object"},
+        "Write.",
+        title="Write a file",
+        annotations={"readOnlyHint": False, "destructiveHint": True},
+        output_schema={"type": "object", "required": ["size"]},
+    )
+
+    raw = document("{}", definition=definition).to_json()
+    tool = json.loads(raw)["tool"]
+
+    assert tool == {
+        "name": "write_file",
+        "description": "Write.",
+        "input_schema": {"type": "object"},
+        "title": "Write a file",
+        "annotations": {"destructiveHint": True, "readOnlyHint": False},
+        "output_schema": {"type": "object", "required": ["size"]},
+    }
+    # The member is canonical JSON (sorted keys), like the rest of the document.
+    member = raw[raw.index(b'"tool":') + len(b'"tool":') :]
+    assert member.startswith(
+        b'{"annotations":{"destructiveHint":true,"readOnlyHint":false},"description":'
+    )
+
+
+def test_a_tool_without_metadata_shows_only_name_description_and_input_schema() -> None:
+    tool = json.loads(document().to_json())["tool"]
+
+    assert set(tool) == {"name", "description", "input_schema"}
+
+
+def test_the_digest_changes_with_the_tools_annotations() -> None:
+    plain = ToolDefinition("w", {"type": "object"})
+    hinted = ToolDefinition("w", {"type": "object"}, annotations={"destructiveHint": True})
+    other = ToolDefinition("w", {"type": "object"}, annotations={"destructiveHint": False})
+
+    digests = {document("{}", definition=d).digest for d in (plain, hinted, other)}
+    assert len(digests) == 3
