@@ -21,6 +21,7 @@ import hmac
 import json
 import math
 import re
+import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -261,14 +262,38 @@ def _check(  # noqa: PLR0911 - one early return per way a record can be bad
     return None, expected
 
 
+#: The head is one fixed-size slot, rewritten in place (``pwrite``) after every commit:
+#: ``gateway-audit-head 1 <seq, 20 digits> <hash> <crc32 of what precedes, 8 hex>\n``.
+#: Its own checksum makes a torn rewrite (old and new bytes mixed) an unreadable head,
+#: never a plausible one.
+HEAD_SLOT_SIZE: Final = 116
+_HEAD_MAGIC: Final = b"gateway-audit-head 1 "
+_HEAD_SLOT: Final = re.compile(rb"gateway-audit-head 1 ([0-9]{20}) ([0-9a-f]{64}) ([0-9a-f]{8})\n")
+
+
+def encode_head(seq: int, digest: str) -> bytes:
+    """The head slot recording that a chain ends at record ``seq`` whose hash is ``digest``."""
+    body = _HEAD_MAGIC + b"%020d %s " % (seq, digest.encode("ascii"))
+    slot = body + b"%08x\n" % zlib.crc32(body)
+    if len(slot) != HEAD_SLOT_SIZE:
+        raise ValueError("head out of range")
+    return slot
+
+
 def read_head(head: Path) -> tuple[int, str]:
-    """The ``[seq, hash]`` a head file holds.
+    """The ``seq`` and hash a head file holds: a head slot, or the older ``[seq, hash]``.
 
     Raises:
-        MalformedRecordError: the head is not exactly ``[seq, hash]``.
+        MalformedRecordError: the head is neither an intact slot (a torn rewrite fails its
+            checksum) nor exactly ``[seq, hash]``.
         OSError: the head cannot be read.
     """
     raw = head.read_bytes()
+    if raw.startswith(_HEAD_MAGIC):
+        slot = _HEAD_SLOT.fullmatch(raw)
+        if slot is None or int(slot[3], 16) != zlib.crc32(raw[: -len(slot[3]) - 1]):
+            raise MalformedRecordError("torn or damaged head slot")
+        return int(slot[1]), slot[2].decode("ascii")
     if len(raw) > 200:  # [19 digits, "64 hex"] with room to spare
         raise MalformedRecordError("expected [seq, hash]")
     value = decode(raw)

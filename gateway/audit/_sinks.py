@@ -1,9 +1,9 @@
 """Where audit records go: the sink protocol, a memory sink and a hash-chained JSONL file.
 
 A sink chains each record (``seq``, ``prev``, ``hash``) in submission order and reports,
-through a future, when the record is as durable as its policy promises. Submission itself
-never blocks on I/O: the file sink writes from one dedicated thread that commits records in
-groups, so concurrent callers share each write and each fsync.
+through a future, when the record is as durable as its policy promises. Submission never
+waits for a disk flush: the file sink appends on the caller's thread (a write to the page
+cache) and one syncer thread fsyncs in groups, so concurrent callers share each fsync.
 """
 
 from __future__ import annotations
@@ -12,9 +12,7 @@ import concurrent.futures
 import contextlib
 import enum
 import fcntl
-import json
 import os
-import queue
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -24,9 +22,11 @@ from typing import Any, Final, Protocol, runtime_checkable
 from gateway._errors import GatewayError
 from gateway.audit._chain import (
     GENESIS,
+    HEAD_SLOT_SIZE,
     MalformedRecordError,
     decode,
     encode,
+    encode_head,
     head_path,
     lock_path,
     read_head,
@@ -121,9 +121,6 @@ class MemorySink:
         """Nothing to release."""
 
 
-_STOP: Final = object()
-
-
 def _claim(path: Path) -> tuple[Path, int]:
     # The first writer chain of the trail no live process holds: an exclusive, non-blocking
     # flock on its lock file, held until close. The kernel drops it when its holder dies,
@@ -143,6 +140,9 @@ def _claim(path: Path) -> tuple[Path, int]:
     raise AuditWriteError(f"audit trail {path}: {MAX_WRITERS} writers already hold it")
 
 
+_Waiter = tuple[concurrent.futures.Future[dict[str, Any]], dict[str, Any]]
+
+
 class JsonlFileSink:
     """A hash-chained JSON Lines trail on disk, of which this sink is one writer.
 
@@ -150,6 +150,11 @@ class JsonlFileSink:
     takes the first of the trail's writer chains that no other holds (``audit.jsonl``, then
     ``audit.w2.jsonl``, ...) under an exclusive lock, and resumes that chain from its end.
     ``gateway audit verify`` checks every writer's chain of the trail.
+
+    A record is chained and appended on the submitting thread, under the sink's lock, and
+    the chain's head slot is rewritten in place. With ``FsyncPolicy.ALWAYS`` its future
+    resolves only once one syncer thread has fsynced the file past it; concurrent records
+    share each fsync (group commit). With the other policies it resolves once written.
 
     Args:
         path: the trail's first active file; this writer's rotated segments sit beside its
@@ -160,6 +165,8 @@ class JsonlFileSink:
             The chain continues across files, so they verify as one trail.
         key: an HMAC key; without it, the chain is plain SHA-256.
         clock: a monotonic clock (seconds).
+        sync_file: forces a file descriptor's data to disk (``os.fsync``); injectable so
+            that durability ordering can be tested.
 
     Raises:
         AuditWriteError: the claimed chain's tail is damaged (a partial last line) or its
@@ -177,32 +184,50 @@ class JsonlFileSink:
         max_bytes: int | None = None,
         key: bytes | None = None,
         clock: Callable[[], float] = time.monotonic,
+        sync_file: Callable[[int], None] = os.fsync,
     ) -> None:
         self._policy = FsyncPolicy(fsync)
         self._interval = batch_interval
         self._max_bytes = max_bytes
         self._clock = clock
+        self._sync_file = sync_file
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         self._path, self._lock_fd = _claim(Path(path))
+        self._fd = -1
+        self._head_fd = -1
         try:
             seq, prev = self._recover()
             self._fd = os.open(
                 self._path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o640
             )
+            self._head_fd = os.open(
+                head_path(self._path), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o640
+            )
+            self._head_resized = os.fstat(self._head_fd).st_size == HEAD_SLOT_SIZE
+            self._size = os.fstat(self._fd).st_size
         except BaseException:
-            os.close(self._lock_fd)
+            for fd in (self._head_fd, self._fd, self._lock_fd):
+                if fd >= 0:
+                    os.close(fd)
             raise
         self._chainer = _Chainer(key, seq, prev)
-        self._size = os.fstat(self._fd).st_size
         self._segment = self._last_segment()
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._cond = threading.Condition(threading.Lock())
+        self._waiters: list[_Waiter] = []
+        # Files rotated away while the syncer may still be syncing them: it closes them.
+        self._retired: list[int] = []
+        self._sync_wanted = False
+        self._syncing = False
         self._broken: BaseException | None = None
         self._last_sync = clock()
         self._unsynced = False
         self._closed = False
-        self._close_lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run, name="gateway-audit", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
+        if self._policy is not FsyncPolicy.NONE:
+            self._thread = threading.Thread(
+                target=self._sync_loop, name="gateway-audit", daemon=True
+            )
+            self._thread.start()
 
     @property
     def path(self) -> Path:
@@ -238,7 +263,8 @@ class JsonlFileSink:
             raise malformed
         head = head_path(self._path)
         if head.exists():
-            # An unreadable head is the verifier's to report; it is rewritten on the next commit.
+            # An unreadable head (a torn rewrite, say) is the verifier's to report; the chain
+            # resumes from its last record and the head is rewritten on the next commit.
             with contextlib.suppress(MalformedRecordError):
                 head_seq, _ = read_head(head)
                 if head_seq > seq:
@@ -253,121 +279,150 @@ class JsonlFileSink:
         return max(numbers, default=0)
 
     def submit(self, record: Mapping[str, Any]) -> concurrent.futures.Future[dict[str, Any]]:
-        """Queue a record for the writer thread; never blocks on I/O."""
+        """Chain and append the record now; the future resolves once it is durable.
+
+        Never waits for an fsync: with ``FsyncPolicy.ALWAYS`` the syncer thread resolves
+        the future after its fsync.
+        """
         future: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
-        # Under the close lock: a record queued after the stop marker would never resolve.
-        with self._close_lock:
+        failed: list[_Waiter] = []
+        with self._cond:
             if self._closed:
                 future.set_exception(AuditWriteError("audit sink is closed"))
-            elif self._broken is not None:
+                return future
+            if self._broken is not None:
                 future.set_exception(AuditWriteError("audit sink failed earlier; trail is closed"))
-            else:
-                self._queue.put((dict(record), future))
-        return future
-
-    def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            stop = item is _STOP
-            group = [] if stop else [item]
-            while len(group) < _MAX_GROUP:
-                try:
-                    nxt = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if nxt is _STOP:
-                    stop = True
-                    break
-                group.append(nxt)
-            if group:
-                self._commit(group)
-            if stop:
-                self._final_sync()
-                return
-
-    def _commit(
-        self, group: list[tuple[dict[str, Any], concurrent.futures.Future[dict[str, Any]]]]
-    ) -> None:
-        if self._broken is not None:
-            for _, future in group:
-                future.set_exception(AuditWriteError("audit sink failed earlier; trail is closed"))
-            return
-        # A record that is not JSON (a lone surrogate in a call id, say) fails alone; the
-        # chain only advances for records that encode, so the trail stays whole and usable.
-        accepted: list[tuple[dict[str, Any], concurrent.futures.Future[dict[str, Any]]]] = []
-        for record, future in group:
+                return future
+            # A record that is not JSON (a lone surrogate in a call id, say) fails alone; the
+            # chain only advances for records that encode, so the trail stays whole and usable.
             try:
-                accepted.append((self._chainer.chain(record), future))
+                chained = self._chainer.chain(record)
             except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
                 future.set_exception(
                     AuditWriteError(f"audit record is not JSON: {type(exc).__name__}")
                 )
-        if not accepted:
-            return
-        try:
-            chained = [record for record, _ in accepted]
-            payload = b"".join(encode(record) + b"\n" for record in chained)
-            view = memoryview(payload)
-            while view:
-                written = os.write(self._fd, view)
-                view = view[written:]
-            self._size += len(payload)
-            self._unsynced = True
-            if self._policy is FsyncPolicy.ALWAYS or (
-                self._policy is FsyncPolicy.BATCH
-                and self._clock() - self._last_sync >= self._interval
-            ):
-                os.fsync(self._fd)
-                self._last_sync = self._clock()
-                self._unsynced = False
-            self._write_head()
-            if self._max_bytes is not None and self._size >= self._max_bytes:
-                self._rotate()
-        except Exception as exc:  # noqa: BLE001 - any I/O failure fails the whole group closed
-            self._broken = exc
-            for _, future in accepted:
-                if not future.done():
-                    future.set_exception(AuditWriteError(f"audit write failed: {exc}"))
-            return
-        for record, future in accepted:
-            future.set_result(record)
+                return future
+            try:
+                durable = self._append(encode(chained) + b"\n")
+            except Exception as exc:  # noqa: BLE001 - any I/O failure breaks the sink closed
+                self._broken = exc
+                failed, self._waiters = [*self._waiters, (future, chained)], []
+                self._cond.notify_all()
+            else:
+                if self._policy is FsyncPolicy.ALWAYS and not durable:
+                    self._waiters.append((future, chained))
+                    self._sync_wanted = True
+                    self._cond.notify_all()
+                    return future
+        if failed:
+            _fail(failed, AuditWriteError(f"audit write failed: {self._broken}"))
+            return future
+        future.set_result(chained)
+        return future
 
-    def _write_head(self) -> None:
-        head = head_path(self._path)
-        temporary = head.with_name(head.name + ".tmp")
-        temporary.write_text(json.dumps([self._chainer.seq, self._chainer.prev]), encoding="utf-8")
-        os.replace(temporary, head)
+    def _append(self, line: bytes) -> bool:
+        # Under the lock. True when the line is already on disk (a rotation fsynced it).
+        view = memoryview(line)
+        while view:
+            written = os.write(self._fd, view)
+            view = view[written:]
+        self._size += len(line)
+        self._unsynced = True
+        os.pwrite(self._head_fd, encode_head(self._chainer.seq, self._chainer.prev), 0)
+        if not self._head_resized:
+            os.ftruncate(self._head_fd, HEAD_SLOT_SIZE)
+            self._head_resized = True
+        if self._max_bytes is not None and self._size >= self._max_bytes:
+            self._rotate()
+            return self._policy is not FsyncPolicy.NONE
+        if self._policy is FsyncPolicy.BATCH and self._clock() - self._last_sync >= self._interval:
+            self._last_sync = self._clock()
+            self._sync_wanted = True
+            self._cond.notify_all()
+        return False
 
     def _rotate(self) -> None:
+        # Under the lock. Every record written so far is in the file rotated away: it is
+        # fsynced here, so every record waiting for an fsync is durable now.
         if self._policy is not FsyncPolicy.NONE:
-            os.fsync(self._fd)
-        os.close(self._fd)
+            self._sync_file(self._fd)
+            self._unsynced = False
+            done, self._waiters = self._waiters, []
+            for future, chained in done:
+                future.set_result(chained)
         self._segment += 1
         os.replace(self._path, self._path.with_name(f"{self._path.name}.{self._segment:06d}"))
+        old = self._fd
         self._fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o640)
         self._size = 0
+        if self._syncing:
+            self._retired.append(old)  # the syncer may be syncing it right now
+        else:
+            os.close(old)
 
-    def _final_sync(self) -> None:
-        with contextlib.suppress(OSError):
-            if self._unsynced and self._policy is not FsyncPolicy.NONE:
-                os.fsync(self._fd)
-        with contextlib.suppress(OSError):
-            os.close(self._fd)
-        # Last: another writer may take this chain only once every record is in it.
-        with contextlib.suppress(OSError):
-            os.close(self._lock_fd)
+    def _sync_loop(self) -> None:
+        while True:
+            with self._cond:
+                while not (self._sync_wanted or self._closed):
+                    self._cond.wait()
+                stop = self._closed
+                # Closing with nothing waiting: close() syncs whatever is left unsynced.
+                if self._broken is not None or not self._sync_wanted:
+                    return
+                fd, batch = self._fd, self._waiters
+                self._waiters, self._sync_wanted, self._syncing = [], False, True
+                self._unsynced = False
+            error: BaseException | None = None
+            try:
+                self._sync_file(fd)
+            except Exception as exc:  # noqa: BLE001 - any fsync failure breaks the sink closed
+                error = exc
+            with self._cond:
+                self._syncing = False
+                retired, self._retired = self._retired, []
+                if error is not None:
+                    self._broken = error
+                    batch, self._waiters = [*batch, *self._waiters], []
+            for old in retired:
+                with contextlib.suppress(OSError):
+                    os.close(old)
+            if error is not None:
+                _fail(batch, AuditWriteError(f"audit write failed: {error}"))
+                return
+            for future, chained in batch:
+                future.set_result(chained)
+            if stop:
+                return
 
     def close(self) -> None:
-        """Write what is queued, fsync (unless the policy is NONE), close. Idempotent."""
-        with self._close_lock:
+        """Fsync what is written (unless the policy is NONE), then close. Idempotent."""
+        with self._cond:
             if self._closed:
                 return
             self._closed = True
-        self._queue.put(_STOP)
-        self._thread.join()
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+        with self._cond:
+            if self._unsynced and self._broken is None and self._policy is not FsyncPolicy.NONE:
+                with contextlib.suppress(OSError):
+                    self._sync_file(self._fd)
+            for fd in (*self._retired, self._fd, self._head_fd):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._retired = []
+        # Last: another writer may take this chain only once every record is in it.
+        with contextlib.suppress(OSError):
+            os.close(self._lock_fd)
 
     def __enter__(self) -> JsonlFileSink:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _fail(waiters: list[_Waiter], error: AuditWriteError) -> None:
+    for future, _ in waiters:
+        if not future.done():
+            future.set_exception(error)

@@ -293,7 +293,11 @@ class AuditingAuthorizer:
             slot.decision_id = decision_id
             slot.result = record["result"]
         try:
-            await asyncio.wrap_future(self._trail.sink.submit(record))
+            written = self._trail.sink.submit(record)
+            # Already resolved (written, no fsync awaited): no hand-off through the loop.
+            if not written.done():
+                await asyncio.wrap_future(written)
+            written.result()
         except AuditWriteError:
             raise
         except Exception as exc:  # noqa: BLE001 - any sink failure is an audit failure

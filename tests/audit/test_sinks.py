@@ -24,6 +24,7 @@ from gateway.audit import (
     trail_files,
     verify,
 )
+from gateway.audit._chain import read_head
 
 WAIT = 30  # seconds; a safety net for a hung writer, never reached by a passing test
 
@@ -144,7 +145,7 @@ def test_a_file_sink_resolves_each_future_to_the_record_it_wrote(tmp_path: Path)
     assert (record["seq"], record["prev"]) == (1, GENESIS)
     assert record["hash"] == record_hash(record, GENESIS)
     assert lines_of(path) == [_json.canonical(record) + b"\n"]
-    assert json.loads(head_path(path).read_text()) == [1, record["hash"]]
+    assert read_head(head_path(path)) == (1, record["hash"])
 
 
 def test_a_file_sink_creates_missing_directories_and_reports_its_path(tmp_path: Path) -> None:

@@ -1,0 +1,59 @@
+"""GatedFsync: an injectable ``sync_file`` that records each call and can hold it."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+
+class GatedFsync:
+    """Stands in for ``os.fsync`` as a sink's ``sync_file``.
+
+    Each call records the size the file had when it was synced, then waits while the gate
+    is closed (:meth:`hold` / :meth:`release`), then fsyncs for real or raises ``error``.
+
+    Args:
+        error: raised by every call (after the gate) when set.
+        timeout: the longest a held call waits (s), a safety net never reached by a
+            passing test.
+    """
+
+    def __init__(self, *, error: OSError | None = None, timeout: float = 30.0) -> None:
+        self.error = error
+        self.sizes: list[int] = []
+        self._gate = threading.Event()
+        self._gate.set()
+        self._entered = threading.Semaphore(0)
+        self._timeout = timeout
+
+    def __call__(self, fd: int) -> None:
+        """Record, wait at the gate, then sync (or fail)."""
+        self.sizes.append(os.fstat(fd).st_size)
+        self._entered.release()
+        if not self._gate.wait(self._timeout):
+            raise TimeoutError("GatedFsync held past its timeout")
+        if self.error is not None:
+            raise self.error
+        os.fsync(fd)
+
+    @property
+    def calls(self) -> int:
+        """How many syncs were asked for."""
+        return len(self.sizes)
+
+    def hold(self) -> None:
+        """Make later calls wait until :meth:`release`."""
+        self._gate.clear()
+
+    def release(self) -> None:
+        """Let waiting and later calls through."""
+        self._gate.set()
+
+    def wait_entered(self) -> None:
+        """Block until one more call has entered (in call order).
+
+        Raises:
+            TimeoutError: no call entered in time.
+        """
+        if not self._entered.acquire(timeout=self._timeout):
+            raise TimeoutError("no sync was asked for")
