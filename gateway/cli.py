@@ -34,7 +34,15 @@ from gateway.policy import (
     read_bundle,
     read_policy_data,
 )
-from gateway.server import ConfigError, build_engine, build_service, expand, load_config, load_tools
+from gateway.server import (
+    ConfigError,
+    build_engine,
+    build_service,
+    expand,
+    load_config,
+    load_tools,
+    server_stack,
+)
 from gateway.server._config import (
     GatewayConfig,
     audit_key_from_env,
@@ -219,7 +227,14 @@ def _serve(args: argparse.Namespace) -> int:
         f"gateway: serving {len(service.gateway.definitions())} tools on http://{host}:{port}",
         file=sys.stderr,
     )
-    uvicorn.run(service.app, host=host, port=port, log_level=args.log_level, access_log=False)
+    uvicorn.run(
+        service.app,
+        host=host,
+        port=port,
+        log_level=args.log_level,
+        access_log=False,
+        **server_stack(),
+    )
     return EXIT_OK
 
 

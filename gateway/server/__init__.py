@@ -13,6 +13,7 @@ from gateway.server._config import (
 from gateway.server._gateway import BoundTool, CallResult, Gateway, expand
 from gateway.server._metrics import GatewayMetrics
 from gateway.server._service import Service, build_engine, build_service, load_tools
+from gateway.server._stack import Stack, run_on_fastest_loop, server_stack
 
 __all__ = [
     "AuthFailure",
@@ -25,6 +26,7 @@ __all__ = [
     "GatewayConfig",
     "GatewayMetrics",
     "Service",
+    "Stack",
     "api_key_digest",
     "build_engine",
     "build_service",
@@ -34,4 +36,6 @@ __all__ = [
     "load_tools",
     "output_json",
     "parse_config",
+    "run_on_fastest_loop",
+    "server_stack",
 ]

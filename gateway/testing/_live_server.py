@@ -9,6 +9,8 @@ from typing import Any, Final
 
 import uvicorn
 
+from gateway.server._stack import server_stack
+
 _TIMEOUT: Final = 20.0
 
 
@@ -24,8 +26,15 @@ class LiveServer:
     """
 
     def __init__(self, app: Any, *, timeout: float = _TIMEOUT) -> None:
+        # The stack `gateway serve` runs on (uvloop, httptools).
         config = uvicorn.Config(
-            app, host="127.0.0.1", port=0, log_level="warning", lifespan="on", access_log=False
+            app,
+            host="127.0.0.1",
+            port=0,
+            log_level="warning",
+            lifespan="on",
+            access_log=False,
+            **server_stack(),
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="gateway-live", daemon=True)
