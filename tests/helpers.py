@@ -28,6 +28,18 @@ SEARCH_SCHEMA: dict[str, Any] = {
 OBJECT_SCHEMA: dict[str, Any] = {"type": "object"}
 
 
+def is_noncharacter(char: str) -> bool:
+    """Whether ``char`` is a Unicode noncharacter, which RFC 7493 forbids in strings."""
+    code = ord(char)
+    return 0xFDD0 <= code <= 0xFDEF or code & 0xFFFE == 0xFFFE
+
+
+#: Characters I-JSON (RFC 7493) strings may hold: no surrogates, no noncharacters.
+IJSON_CHARACTERS: st.SearchStrategy[str] = st.characters(exclude_categories=["Cs"]).filter(
+    lambda char: not is_noncharacter(char)
+)
+
+
 def definition(
     name: str = "search", schema: object = None, description: str = ""
 ) -> ToolDefinition:

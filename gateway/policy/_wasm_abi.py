@@ -254,6 +254,9 @@ class PolicyInstance:
         self._trap = ctypes.c_void_p()
         self._trap_at = ctypes.addressof(self._trap)
         self._callbacks: list[Any] = []  # the ctypes thunks must outlive the instance
+        # Set when a host builtin's own call into the module passed the deadline: the trap
+        # the builtin then returns carries no interrupt code of its own.
+        self.builtin_timed_out = False
         self._results: dict[bytes, bytes] = {}
         self.builtins: dict[int, str] = dict(policy.builtins)
         imports: list[Any] = []
@@ -386,6 +389,10 @@ class PolicyInstance:
                 result = instance.call_builtin(caller, values, count)
             except _Undefined:
                 result = 0
+            except EvaluationTrap as exc:
+                # A call back into the module hit the deadline: the evaluation timed out.
+                instance.builtin_timed_out = instance.builtin_timed_out or exc.timed_out
+                return _new_trap(f"builtin failed: {type(exc).__name__}")
             except Exception as exc:  # noqa: BLE001 - becomes a trap: the evaluation fails
                 return _new_trap(f"builtin failed: {type(exc).__name__}")
             _i32_at(values).value = result
@@ -467,7 +474,14 @@ class PolicyInstance:
         args[4].i32 = len(document)
         args[5].i32 = end
         args[6].i32 = _FORMAT_VALUE
-        return self._string_at(self._raw_call(self._eval_at, 7, context, self._args_at), context)
+        self.builtin_timed_out = False
+        try:
+            address = self._raw_call(self._eval_at, 7, context, self._args_at)
+        except EvaluationTrap as exc:
+            if self.builtin_timed_out and not exc.timed_out:
+                raise EvaluationTrap(str(exc), timed_out=True) from None
+            raise
+        return self._string_at(address, context)
 
 
 # -- the epoch ------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ from gateway.policy import (
     caller_context,
 )
 from gateway.testing import FakeClock, RecordingTool
+from tests.helpers import IJSON_CHARACTERS
 
 SEARCH_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -272,7 +273,7 @@ async def test_without_a_cache_every_call_is_evaluated() -> None:
 
 # --- caller context in the key (hypothesis) -------------------------------------------------
 
-JSON_TEXT = st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=6)
+JSON_TEXT = st.text(alphabet=IJSON_CHARACTERS, max_size=6)
 JSON_SCALARS = (
     st.none()
     | st.booleans()

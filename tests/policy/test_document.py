@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from gateway import Authorization, ToolDefinition
 from gateway.policy import CallerContext, InputDocument, caller_context
+from tests.helpers import IJSON_CHARACTERS
 
 SEARCH = ToolDefinition(
     "search",
@@ -163,12 +164,7 @@ def test_input_document_digest_changes_with_any_change_of_tool_arguments_or_cont
     assert len(set(digests.values())) == len(digests), digests
 
 
-JSON_SCALARS = (
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.text(alphabet=st.characters(exclude_categories=["Cs"]))
-)
+JSON_SCALARS = st.none() | st.booleans() | st.integers() | st.text(alphabet=IJSON_CHARACTERS)
 JSON_VALUES = st.recursive(
     JSON_SCALARS,
     lambda children: (
@@ -177,7 +173,7 @@ JSON_VALUES = st.recursive(
     max_leaves=12,
 )
 JSON_OBJECTS = st.dictionaries(
-    st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=5),
+    st.text(alphabet=IJSON_CHARACTERS, max_size=5),
     JSON_VALUES,
     max_size=5,
 )

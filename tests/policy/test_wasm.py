@@ -38,6 +38,8 @@ hog := count(concat("", [sprintf("%d", [x]) | some x in numbers.range(1, input.n
 
 echo := input
 
+dump := count(sprintf("%v", [numbers.range(1, input.n)]))
+
 guarded := {"allow": count([x | some x in numbers.range(1, input.arguments.n); x % 7 == 0]) < 0}
 """
 NEEDS_HTTP: Final = """package net
@@ -71,7 +73,11 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def slow(opa_binary: str, scratch: Path) -> Bundle:
     """A policy whose work grows with ``input.n``."""
     return _bundle(
-        opa_binary, scratch, "slow", SLOW, ("slow/spin", "slow/hog", "slow/echo", "slow/guarded")
+        opa_binary,
+        scratch,
+        "slow",
+        SLOW,
+        ("slow/spin", "slow/hog", "slow/dump", "slow/echo", "slow/guarded"),
     )
 
 
@@ -109,6 +115,27 @@ def test_an_evaluation_past_its_deadline_fails_closed_with_engine_timeout(slow: 
     # The thread's instance was replaced: the next evaluation runs normally.
     assert engine.evaluate_sync("slow/spin", b'{"n": 70}').value == 10
     engine.close()
+
+
+async def test_a_deadline_passing_inside_a_host_builtin_is_a_timeout_too(slow: Bundle) -> None:
+    # The host's sprintf calls back into the module (to dump its operands, to load its
+    # result): a deadline that passes there, or while the host formats, is the same timeout
+    # as anywhere else, never an engine error. Deadlines of 1..20 ticks land at different
+    # points of an evaluation that spends most of its time in sprintf.
+    outcomes = set()
+    for ticks in range(1, 21):
+        engine = EmbeddedEngine(slow, timeout_s=ticks * 0.002, tick_s=0.002)
+        try:
+            engine.evaluate_sync("slow/dump", b'{"n": 100000}')
+        except EngineTimeoutError:
+            outcomes.add("engine_timeout")
+        except EngineError as exc:
+            outcomes.add(f"{exc.code}: {exc.detail}")
+        else:
+            outcomes.add("answered")
+        finally:
+            engine.close()
+    assert outcomes == {"engine_timeout"}
 
 
 async def test_a_timed_out_decision_denies_behind_a_guard(slow: Bundle) -> None:
