@@ -25,14 +25,11 @@ from gateway.policy import (
     CallerContext,
     EmbeddedEngine,
     InputDocument,
-    OpaRestEngine,
     PathView,
-    PolicyAuthorizer,
-    caller_context,
 )
 from gateway.testing import OpaServer
 from tests.policy.differential_corpus import EXAMPLE_DEFINITIONS, context
-from tests.policy.wasm_support import shipped_engine
+from tests.policy.wasm_support import decide_on_both_engines, shipped_engine, shipped_opa_server
 
 POLICY_DIR: Final = Path(__file__).resolve().parents[2] / "policies"
 READER: Final = CallerContext(context(("reader",)))
@@ -75,8 +72,7 @@ def sources() -> Iterator[EmbeddedEngine]:
 
 @pytest.fixture(scope="module")
 def opa(opa_binary: str) -> Iterator[OpaServer]:
-    files = sorted(p for p in POLICY_DIR.rglob("*.rego") if not p.name.endswith("_test.rego"))
-    with OpaServer(binary=opa_binary, policy_paths=[*files, POLICY_DIR / "data.json"]) as server:
+    with shipped_opa_server(opa_binary) as server:
         yield server
 
 
@@ -90,14 +86,7 @@ async def _decide_both(
     ctx: CallerContext,
 ) -> list[tuple[bool, str | None]]:
     authorization = Authorization(EXAMPLE_DEFINITIONS[tool], json.dumps(arguments).encode())
-    outcomes: list[tuple[bool, str | None]] = []
-    async with OpaRestEngine(server.url, timeout=30.0, revision_interval=0) as rest:
-        for engine in (sources, rest):
-            with caller_context(ctx):
-                authorizer = PolicyAuthorizer(engine, path_view=view)
-                decision = await authorizer.authorize(authorization)
-            outcomes.append((decision.allowed, decision.message))
-    return outcomes
+    return await decide_on_both_engines(sources, server, authorization, ctx, path_view=view)
 
 
 #: Reads that look confined by their text but lead elsewhere, or cannot be resolved.

@@ -22,13 +22,10 @@ from gateway import Authorization
 from gateway.policy import (
     CallerContext,
     EmbeddedEngine,
-    OpaRestEngine,
-    PolicyAuthorizer,
-    caller_context,
 )
 from gateway.testing import OpaServer
 from tests.policy.differential_corpus import EXAMPLE_DEFINITIONS, context
-from tests.policy.wasm_support import shipped_engine
+from tests.policy.wasm_support import decide_on_both_engines, shipped_engine, shipped_opa_server
 
 POLICY_DIR: Final = Path(__file__).resolve().parents[2] / "policies"
 
@@ -120,8 +117,7 @@ def sources() -> Iterator[EmbeddedEngine]:
 @pytest.fixture(scope="module")
 def opa(opa_binary: str) -> Iterator[OpaServer]:
     """A real OPA serving the shipped modules and data (no test modules)."""
-    files = sorted(p for p in POLICY_DIR.rglob("*.rego") if not p.name.endswith("_test.rego"))
-    with OpaServer(binary=opa_binary, policy_paths=[*files, POLICY_DIR / "data.json"]) as server:
+    with shipped_opa_server(opa_binary) as server:
         yield server
 
 
@@ -130,13 +126,7 @@ async def _decide_both(
 ) -> list[tuple[bool, str | None]]:
     arguments = json.dumps({"database": "acme_sales", "query": query}).encode()
     authorization = Authorization(EXAMPLE_DEFINITIONS["query_db"], arguments)
-    outcomes: list[tuple[bool, str | None]] = []
-    async with OpaRestEngine(server.url, timeout=30.0, revision_interval=0) as rest:
-        for engine in (sources, rest):
-            with caller_context(ctx):
-                decision = await PolicyAuthorizer(engine).authorize(authorization)
-            outcomes.append((decision.allowed, decision.message))
-    return outcomes
+    return await decide_on_both_engines(sources, server, authorization, ctx)
 
 
 def _assert_public_safe(message: str | None, query: str) -> None:

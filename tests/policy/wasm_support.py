@@ -13,8 +13,17 @@ import tempfile
 from pathlib import Path
 from typing import Any, Final
 
-from gateway.policy import EmbeddedEngine
+from gateway import Authorization
+from gateway.policy import (
+    CallerContext,
+    EmbeddedEngine,
+    OpaRestEngine,
+    PathView,
+    PolicyAuthorizer,
+    caller_context,
+)
 from gateway.policy._bundle import Bundle, build_bundle, digest_revision, read_bundle
+from gateway.testing import OpaServer
 from tests.policy.conftest import DECISION, POLICY_DIR, REGO_DIR, provisioned_opa
 
 #: The rules of the test policy the contract asks for, each compiled as an entrypoint.
@@ -67,3 +76,28 @@ def shipped_bundle(data: Any = None) -> Bundle:
 def shipped_engine(data: Any = None, **options: Any) -> EmbeddedEngine:
     """An embedded engine serving the shipped policies (and other ``data`` if given)."""
     return EmbeddedEngine(shipped_bundle(data), **options)
+
+
+async def decide_on_both_engines(
+    embedded: EmbeddedEngine,
+    server: OpaServer,
+    authorization: Authorization,
+    context: CallerContext,
+    *,
+    path_view: PathView | None = None,
+) -> list[tuple[bool, str | None]]:
+    """``(allowed, message)`` of one call on the embedded engine, then on the OPA server."""
+    outcomes: list[tuple[bool, str | None]] = []
+    async with OpaRestEngine(server.url, timeout=30.0, revision_interval=0) as rest:
+        for engine in (embedded, rest):
+            with caller_context(context):
+                authorizer = PolicyAuthorizer(engine, path_view=path_view)
+                decision = await authorizer.authorize(authorization)
+            outcomes.append((decision.allowed, decision.message))
+    return outcomes
+
+
+def shipped_opa_server(opa_binary: str) -> OpaServer:
+    """A real OPA serving the shipped modules and data (no test modules); use ``with``."""
+    files = sorted(p for p in POLICY_DIR.rglob("*.rego") if not p.name.endswith("_test.rego"))
+    return OpaServer(binary=opa_binary, policy_paths=[*files, POLICY_DIR / "data.json"])
