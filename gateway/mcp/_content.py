@@ -6,12 +6,17 @@ import base64
 import binascii
 import importlib.metadata
 import json
+from dataclasses import dataclass
 from typing import Any, Final
 
 import mcp_types as types
+from pydantic import TypeAdapter
 
+from gateway import _json
+from gateway._errors import InvalidToolOutputError
 from gateway._output import Content, MediaContent, TextContent, ToolOutput
 
+_BLOCK: Final = TypeAdapter(types.ContentBlock)
 #: How much of an upstream's protocol error message is kept as public text.
 MAX_PUBLIC_TEXT: Final = 1000
 
@@ -24,8 +29,60 @@ def gateway_version() -> str:
         return "0"
 
 
+@dataclass(frozen=True, slots=True)
+class UpstreamOutput(ToolOutput):
+    """An upstream MCP result: its content blocks exactly as received, and their projection.
+
+    ``content`` and ``details`` are the gateway's view of the result (what the HTTP API and
+    the audit trail see); ``blocks`` is the upstream's ``content`` array as JSON, which the
+    MCP front answers unchanged (every field of every block: annotations, resource URIs
+    and MIME types, resource link names, empty text). ``structured`` is the upstream's
+    ``structuredContent`` as JSON when it sent one.
+    """
+
+    blocks: bytes = b"[]"
+    structured: bytes | None = None
+
+    def __post_init__(self) -> None:
+        ToolOutput.__post_init__(self)
+        for raw, shape in ((self.blocks, list), (self.structured, dict)):
+            if raw is None:
+                continue
+            try:
+                value = _json.parse(bytes(raw), max_depth=10_000)
+            except _json.StrictJSONError:
+                value = None
+            if not isinstance(value, shape):
+                raise InvalidToolOutputError("tool: invalid tool output: upstream content")
+        object.__setattr__(self, "blocks", bytes(self.blocks))
+        if self.structured is not None:
+            object.__setattr__(self, "structured", bytes(self.structured))
+
+    def content_blocks(self) -> list[types.ContentBlock]:
+        """Fresh SDK models of the upstream's blocks (as received)."""
+        return [_BLOCK.validate_python(block) for block in json.loads(self.blocks)]
+
+    def structured_content(self) -> dict[str, Any] | None:
+        """A fresh copy of the upstream's structured content, or ``None``."""
+        if self.structured is None:
+            return None
+        value: dict[str, Any] = json.loads(self.structured)
+        return value
+
+
+def _encoded(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode(
+        "utf-8"
+    )
+
+
 def to_blocks(output: ToolOutput) -> list[types.ContentBlock]:
-    """The MCP content blocks of an output's content items (details are not included)."""
+    """The MCP content blocks of an output (details are not included).
+
+    An upstream's output gives back the upstream's own blocks, unchanged.
+    """
+    if isinstance(output, UpstreamOutput):
+        return output.content_blocks()
     blocks: list[types.ContentBlock] = []
     for index, item in enumerate(output.content):
         if isinstance(item, TextContent):
@@ -56,30 +113,46 @@ def structured(output: ToolOutput) -> dict[str, Any] | None:
     Structured content must be an object before protocol 2026-07-28, so other JSON values
     are only sent as text.
     """
+    if isinstance(output, UpstreamOutput):
+        return output.structured_content()
     if output.details is None:
         return None
     value = json.loads(output.details)
     return value if isinstance(value, dict) else None
 
 
-def from_result(result: types.CallToolResult) -> ToolOutput:
-    """A ToolOutput holding an upstream result's content and structured content.
+def from_result(result: types.CallToolResult) -> UpstreamOutput:
+    """An :class:`UpstreamOutput`: the upstream's blocks as received, and their projection.
 
-    Text becomes text items (empty text is dropped), images, audio and blob resources become
-    media with inline bytes, resource links become media with a URI, text resources become
-    text. Structured content becomes the JSON details.
+    The projection (the gateway's ``content`` and ``details``): text becomes text items
+    (empty text has no item), images, audio and blob resources become media with inline
+    bytes, resource links become media with a URI, text resources become text; structured
+    content becomes the JSON details. The MCP front answers ``blocks`` and ``structured``,
+    not the projection.
+
+    Raises:
+        InvalidToolOutputError: the result cannot be encoded as JSON.
     """
     items: list[Content] = []
     for block in result.content:
         item = _item(block)
         if item is not None:
             items.append(item)
-    details = None
-    if result.structured_content is not None:
-        details = json.dumps(
-            result.structured_content, ensure_ascii=False, separators=(",", ":")
-        ).encode("utf-8")
-    return ToolOutput.from_items(items, details)
+    try:
+        blocks = _encoded(
+            [
+                block.model_dump(mode="json", by_alias=True, exclude_unset=True)
+                for block in result.content
+            ]
+        )
+        structured_json = (
+            None if result.structured_content is None else _encoded(result.structured_content)
+        )
+    except (ValueError, TypeError, RecursionError):
+        raise InvalidToolOutputError("tool: invalid tool output: upstream content") from None
+    return UpstreamOutput(
+        content=tuple(items), details=structured_json, blocks=blocks, structured=structured_json
+    )
 
 
 def _item(block: types.ContentBlock) -> Content | None:

@@ -40,7 +40,7 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import anyio
@@ -56,9 +56,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway import _json
 from gateway._call import ToolCall
+from gateway._definition import ToolDefinition
 from gateway._output import ToolOutput
 from gateway.audit import AuditTrail
-from gateway.mcp._content import gateway_version, structured, to_blocks
+from gateway.mcp._content import UpstreamOutput, gateway_version, structured, to_blocks
 from gateway.mcp._sessions import PRINCIPAL_SCOPE_KEY, SessionGuard, SessionTable
 from gateway.mcp._stdio import DEFAULT_MAX_LINE_BYTES, claim_std_fds, pump
 from gateway.mcp._wire import MESSAGE_SCOPE_KEY, Message
@@ -71,6 +72,8 @@ _LOG: Final = logging.getLogger("gateway.mcp")
 CALLER_SCOPE_KEY: Final = "gateway.caller"
 _REQUEST_ID: Final = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _UNSET: Final = object()
+#: The ``tools/list`` members taken from ``listing_extras`` (never the ones a policy sees).
+_LISTING_EXTRAS: Final = frozenset({"execution", "icons", "_meta"})
 # Arguments that are not a JSON object, kept aside so that the SDK's own params validation
 # (which would answer with a protocol error) lets the call reach the gateway's admission.
 _RAW_ARGUMENTS: contextvars.ContextVar[object] = contextvars.ContextVar(
@@ -132,6 +135,14 @@ def to_call_result(result: CallResult) -> types.CallToolResult:
     if result.ok or result.is_tool_failure:
         output = result.output or ToolOutput()
         blocks = to_blocks(output)
+        if isinstance(output, UpstreamOutput):
+            # An upstream's result passes through as it was sent.
+            return types.CallToolResult(
+                content=blocks,
+                structured_content=structured(output),
+                is_error=not result.ok,
+                _meta=_meta(result),
+            )
         if not blocks and output.details is not None:
             blocks = [types.TextContent(text=output.details.decode("utf-8"))]
         if not blocks and not result.ok:
@@ -158,6 +169,8 @@ class McpFront:
         stdio_context: the caller context of stdio calls (required for :meth:`serve_stdio`).
         name: the server name told to clients.
         audit: the trail HTTP session records go to (the gateway's own trail).
+        listing_extras: for a tool name, further ``tools/list`` members to answer as they
+            are (an upstream tool's ``execution``, ``icons``, ``_meta``), or ``None``.
     """
 
     def __init__(
@@ -168,8 +181,10 @@ class McpFront:
         stdio_context: CallerContext | None = None,
         name: str = "gateway",
         audit: AuditTrail | None = None,
+        listing_extras: Callable[[str], Mapping[str, Any] | None] | None = None,
     ) -> None:
         self._gateway = gateway
+        self._listing_extras = listing_extras
         self._authenticator = authenticator
         self._stdio_context = stdio_context
         self._audit = audit
@@ -194,15 +209,28 @@ class McpFront:
     async def _list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        tools = [
-            types.Tool(
-                name=definition.name,
-                description=definition.description or None,
-                input_schema=json.loads(definition.input_schema_json),
-            )
-            for definition in self._gateway.definitions()
-        ]
-        return types.ListToolsResult(tools=tools)
+        return types.ListToolsResult(
+            tools=[self._listed(definition) for definition in self._gateway.definitions()]
+        )
+
+    def _listed(self, definition: ToolDefinition) -> types.Tool:
+        # The definition as the policy sees it (name, title, description, schemas,
+        # annotations), plus the members a policy does not decide on, as the upstream sent them.
+        listed: dict[str, Any] = {}
+        extras = self._listing_extras(definition.name) if self._listing_extras else None
+        if extras:
+            listed.update((key, value) for key, value in extras.items() if key in _LISTING_EXTRAS)
+        listed["name"] = definition.name
+        listed["inputSchema"] = json.loads(definition.input_schema_json)
+        if definition.description:
+            listed["description"] = definition.description
+        if definition.title is not None:
+            listed["title"] = definition.title
+        if definition.annotations_json is not None:
+            listed["annotations"] = json.loads(definition.annotations_json)
+        if definition.output_schema_json is not None:
+            listed["outputSchema"] = json.loads(definition.output_schema_json)
+        return types.Tool.model_validate(listed)
 
     def _input_schema(self, name: str) -> Mapping[str, Any] | None:
         binding = self._gateway.registry.resolve(name)

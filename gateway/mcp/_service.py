@@ -13,7 +13,7 @@ import asyncio
 import logging
 import sys
 from types import TracebackType
-from typing import Final, Literal, Self, TextIO
+from typing import Any, Final, Literal, Self, TextIO
 
 import uvicorn
 
@@ -103,12 +103,19 @@ class McpService:
             authenticator=Authenticator(config.auth),
             stdio_context=CallerContext(dict(stdio)) if stdio is not None else None,
             audit=self.trail,
+            listing_extras=self._listing_extras,
         )
 
     @property
     def gateway(self) -> Gateway:
         """The gateway served now."""
         return self.front.gateway
+
+    def _listing_extras(self, name: str) -> dict[str, Any] | None:
+        for tool in self.upstreams.tools():
+            if tool.definition().name == name:
+                return tool.listing_extras
+        return None
 
     def _build(self) -> Gateway:
         return Gateway(
@@ -133,6 +140,9 @@ class McpService:
         if isinstance(self.engine, OpaRestEngine):
             await self.engine.open()
         await self.upstreams.start()
+        collisions = self.upstreams.collisions
+        if collisions:
+            raise ConfigError("mcp.upstreams: " + "; ".join(collisions))
         self.rebuild()
         self.upstreams.on_change = self.rebuild
 

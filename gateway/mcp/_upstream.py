@@ -89,12 +89,28 @@ class UpstreamTool:
     upstream tool ``remote_name``.
     """
 
-    __slots__ = ("_definition", "_remote_name", "_upstream")
+    __slots__ = ("_definition", "_listing", "_remote_name", "_upstream")
 
-    def __init__(self, upstream: Upstream, remote_name: str, definition: ToolDefinition) -> None:
+    def __init__(
+        self,
+        upstream: Upstream,
+        remote_name: str,
+        definition: ToolDefinition,
+        listing: bytes = b"{}",
+    ) -> None:
         self._upstream = upstream
         self._remote_name = remote_name
         self._definition = definition
+        self._listing = listing
+
+    @property
+    def listing_extras(self) -> dict[str, Any]:
+        """The upstream's ``tools/list`` members that are not in the definition (a fresh copy).
+
+        ``execution`` (task support), ``icons`` and ``_meta``, as the upstream sent them.
+        """
+        value: dict[str, Any] = json.loads(self._listing)
+        return value
 
     @property
     def remote_name(self) -> str:
@@ -319,7 +335,7 @@ class Upstream:
         if failure is not None:
             raise failure
         if result.is_error:
-            public = output if output.content or output.details is not None else _TOOL_FAILED
+            public = output if output.blocks != b"[]" or output.structured else _TOOL_FAILED
             raise Failure(
                 FailureKind.FAILED,
                 public,
@@ -472,7 +488,7 @@ class Upstream:
                 reason = "listed more than once"
             else:
                 try:
-                    definition = ToolDefinition(name, remote.input_schema, remote.description or "")
+                    definition, listing = _imported(name, remote)
                     bind(UpstreamTool(self, remote.name, definition))  # the schema compiles
                 except (InvalidDefinitionError, InvalidToolError) as exc:
                     reason = str(exc).removeprefix("tool: ")
@@ -484,10 +500,11 @@ class Upstream:
                 current is not None
                 and current.remote_name == remote.name
                 and current.definition() == definition
+                and current._listing == listing  # noqa: SLF001 - same module
             ):
                 tools[name] = current
             else:
-                tools[name] = UpstreamTool(self, remote.name, definition)
+                tools[name] = UpstreamTool(self, remote.name, definition, listing)
         changed = tools != self._tools
         newly_skipped = [item for item in skipped if item not in self._skipped]
         self._tools = tools
@@ -504,6 +521,29 @@ class Upstream:
 
     def __repr__(self) -> str:
         return f"Upstream({self.name!r})"
+
+
+_EXTRA_MEMBERS: Final = ("execution", "icons", "_meta")
+
+
+def _imported(name: str, remote: types.Tool) -> tuple[ToolDefinition, bytes]:
+    # The definition (what the policy sees) and the other listed members, as sent.
+    listed = remote.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    definition = ToolDefinition(
+        name,
+        remote.input_schema,
+        remote.description or "",
+        title=remote.title,
+        annotations=listed.get("annotations"),
+        output_schema=remote.output_schema,
+        imported=True,
+    )
+    extras = {key: listed[key] for key in _EXTRA_MEMBERS if listed.get(key) is not None}
+    try:
+        listing = json.dumps(extras, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except (ValueError, TypeError):
+        raise InvalidDefinitionError("tool: invalid tool definition: listing is not JSON") from None
+    return definition, listing
 
 
 def _describe(exc: BaseException) -> str:
@@ -544,6 +584,7 @@ class UpstreamSet:
             Upstream(config, errlog=errlog, on_change=self._changed) for config in configs
         )
         self._errors: dict[str, str] = {}
+        self._reported: set[str] = set()
 
     @property
     def upstreams(self) -> tuple[Upstream, ...]:
@@ -562,33 +603,52 @@ class UpstreamSet:
         return dict(self._errors)
 
     def _changed(self) -> None:
+        collisions = self.collisions
+        for collision in collisions:
+            if collision not in self._reported:
+                _LOG.error("%s; the later one is not served", collision)
+        self._reported = set(collisions)
         if self.on_change is not None:
             self.on_change()
 
-    def _collect(self) -> tuple[list[UpstreamTool], list[SkippedTool]]:
+    def _collect(self) -> tuple[list[UpstreamTool], list[SkippedTool], list[str]]:
         tools: list[UpstreamTool] = []
         skipped: list[SkippedTool] = []
-        owners: dict[str, str] = {}
+        collisions: list[str] = []
+        owners: dict[str, UpstreamTool] = {}
         for upstream in self._upstreams:
             skipped.extend(upstream.skipped)
             for tool in upstream.tools:
                 name = tool.definition().name
+                this = f"upstream {upstream.name!r} tool {tool.remote_name!r}"
                 if name in self._reserved:
                     skipped.append(
                         SkippedTool(
                             upstream.name, name, "the gateway already serves a tool of that name"
                         )
                     )
+                    collisions.append(
+                        f"tool name {name!r} is served twice: by the gateway's own tool "
+                        f"{name!r} (tools.modules) and by {this}; give the upstream a prefix"
+                    )
                 elif name in owners:
+                    owner = owners[name]
                     skipped.append(
                         SkippedTool(
-                            upstream.name, name, f"upstream {owners[name]!r} already serves it"
+                            upstream.name,
+                            name,
+                            f"upstream {owner.upstream.name!r} already serves it",
                         )
                     )
+                    collisions.append(
+                        f"tool name {name!r} is served twice: by upstream "
+                        f"{owner.upstream.name!r} tool {owner.remote_name!r} and by {this}; "
+                        "give one of the upstreams a prefix"
+                    )
                 else:
-                    owners[name] = upstream.name
+                    owners[name] = tool
                     tools.append(tool)
-        return tools, skipped
+        return tools, skipped, collisions
 
     def tools(self) -> list[UpstreamTool]:
         """The tools to serve now."""
@@ -598,6 +658,11 @@ class UpstreamSet:
     def skipped(self) -> list[SkippedTool]:
         """Tools not served: unusable names or schemas, and name collisions."""
         return self._collect()[1]
+
+    @property
+    def collisions(self) -> list[str]:
+        """Each tool name served twice, naming both owners (the first one keeps it)."""
+        return self._collect()[2]
 
     async def start(self) -> None:
         """Connect to every upstream and list its tools.

@@ -80,7 +80,11 @@ def write_config(
         stdio_context: dict[str, Any] | None = ALICE,
         prefix: str = "",
         decision_path: str = "gateway/authz/decision",
+        modules: list[str] | None = None,
+        second_upstream: str | None = None,
     ) -> Path:
+        """``modules``: local tool modules (``tools.modules``, this folder importable);
+        ``second_upstream``: the name of a second copy of the test upstream (no prefix)."""
         lines = [
             "[engine]",
             'kind = "embedded"',
@@ -99,6 +103,8 @@ def write_config(
                 f"context = {_toml(context)}",
                 "",
             ]
+        if modules is not None:
+            lines += ["[tools]", f"modules = {_toml(modules)}", ""]
         lines.append("[mcp]")
         if stdio_context is not None:
             lines.append(f"stdio_context = {_toml(stdio_context)}")
@@ -111,6 +117,16 @@ def write_config(
             f"prefix = {_toml(prefix)}",
             "timeout_s = 20",
         ]
+        if second_upstream is not None:
+            second_record = str(tmp_path / "second-record.jsonl")
+            lines += [
+                "",
+                "[[mcp.upstreams]]",
+                f"name = {_toml(second_upstream)}",
+                f"command = {_toml(sys.executable)}",
+                f"args = {_toml([str(UPSTREAM), second_record, str(variant)])}",
+                "timeout_s = 20",
+            ]
         path = tmp_path / "gateway.toml"
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
         return path

@@ -81,7 +81,7 @@ async def test_stdio_gateway_serves_allowed_calls_and_refuses_the_rest_before_th
         unknown = await client.call_tool("delete_everything", {})
         failed = await client.call_tool("read_file", {"path": "/srv/tenants/acme/missing.txt"})
 
-    # tools/list: the upstream's usable tools, with their schemas; bad.name and broken_ref
+    # tools/list: the upstream's usable tools, with their schemas; 'bad name' and broken_ref
     # cannot be imported and are not served.
     assert {tool.name: tool.input_schema for tool in listed.tools} == {
         "read_file": {

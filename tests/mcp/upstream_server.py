@@ -8,13 +8,17 @@ list ("v2": ``write_file`` added and ``search`` removed), read on every ``tools/
 
 Tools (names the shipped policies know):
 
-- ``read_file(path)``: "contents of PATH" with structured content ``{"path", "size"}``; a
-  path containing "missing" is an error result (``isError``) "no such file: PATH"; a path
-  containing "crash" makes the process exit in the middle of the call;
+- ``read_file(path)`` (with a title, annotations, an output schema, an icon and
+  ``_meta``): "contents of PATH" with structured content ``{"path", "size"}``; a path containing
+  "missing" is an error result (``isError``) "no such file: PATH"; a path containing
+  "crash" makes the process exit in the middle of the call; a path containing
+  "every-content" answers :data:`EVERY_CONTENT` (every kind of content block) and a path
+  containing "every-error" the same blocks as an error result;
 - ``search(query, tenant)``: "results for QUERY";
-- ``write_file(path, content)`` (variant v2): "wrote N bytes";
-- ``bad.name`` and ``broken_ref``: tools the gateway cannot import (a name outside its
-  rule; a schema with an external reference).
+- ``write_file(path, content)`` (variant v2, ``destructiveHint``): "wrote N bytes";
+- ``files.stat_v1.2`` (variant v2; a dotted name the MCP specification allows): "stat";
+- ``bad name`` and ``broken_ref``: tools the gateway cannot import (a name outside the
+  MCP rule; a schema with an external reference).
 """
 
 from __future__ import annotations
@@ -43,21 +47,69 @@ def _variant(variant: Path | None) -> str:
     return variant.read_text(encoding="utf-8").strip()
 
 
+#: The content blocks of an "every-content" read (as JSON, in the wire's member names).
+EVERY_CONTENT: list[dict[str, Any]] = [
+    {
+        "type": "text",
+        "text": "annotated",
+        "annotations": {"audience": ["user"], "priority": 0.25},
+    },
+    {"type": "text", "text": ""},
+    {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"},
+    {"type": "audio", "data": "UklGRg==", "mimeType": "audio/wav", "_meta": {"k": 1}},
+    {
+        "type": "resource",
+        "resource": {"uri": "file:///srv/a.md", "mimeType": "text/markdown", "text": "# A"},
+        "annotations": {"audience": ["assistant"], "priority": 1},
+    },
+    {
+        "type": "resource",
+        "resource": {"uri": "file:///srv/b.bin", "mimeType": "application/x-b", "blob": "AAE="},
+    },
+    {
+        "type": "resource_link",
+        "uri": "file:///srv/c.txt",
+        "name": "c.txt",
+        "title": "The C file",
+        "description": "A linked file.",
+        "mimeType": "text/plain",
+        "size": 12,
+    },
+]
+#: The structured content of an "every-content" read.
+EVERY_STRUCTURED: dict[str, Any] = {"path": "x", "size": 7, "nested": {"list": [1, 2.5, None]}}
+#: read_file's listing members beyond name, description and input schema (wire names).
+READ_FILE_METADATA: dict[str, Any] = {
+    "title": "Read file",
+    "annotations": {"readOnlyHint": True, "openWorldHint": False},
+    "outputSchema": {
+        "type": "object",
+        "properties": {"path": {"type": "string"}, "size": {"type": "integer"}},
+        "required": ["path", "size"],
+    },
+    "icons": [{"src": "https://example.com/read.png", "mimeType": "image/png"}],
+    "_meta": {"example/owner": "files"},
+}
+
+
 def _tools(variant: Path | None) -> list[types.Tool]:
     v2 = _variant(variant) == "v2"
     tools = [
-        types.Tool(
-            name="read_file",
-            description="Read a file.",
-            input_schema={
-                "type": "object",
-                "properties": {"path": {"type": "string"}},
-                "required": ["path"],
-                "additionalProperties": False,
-            },
+        types.Tool.model_validate(
+            {
+                "name": "read_file",
+                "description": "Read a file.",
+                "inputSchema": {
+                    "type": "object",
+                    "properties": {"path": {"type": "string"}},
+                    "required": ["path"],
+                    "additionalProperties": False,
+                },
+                **READ_FILE_METADATA,
+            }
         ),
         types.Tool(
-            name="bad.name",
+            name="bad name",
             description="A name the gateway refuses.",
             input_schema={"type": "object"},
         ),
@@ -73,8 +125,16 @@ def _tools(variant: Path | None) -> list[types.Tool]:
     if v2:
         tools.append(
             types.Tool(
+                name="files.stat_v1.2",
+                description="A dotted name.",
+                input_schema={"type": "object"},
+            )
+        )
+        tools.append(
+            types.Tool(
                 name="write_file",
                 description="Write a file.",
+                annotations=types.ToolAnnotations(destructive_hint=True),
                 input_schema={
                     "type": "object",
                     "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
@@ -105,7 +165,7 @@ def build_server(record: Path, variant: Path | None = None) -> Server[Any]:
     ) -> types.ListToolsResult:
         return types.ListToolsResult(tools=_tools(variant))
 
-    async def call_tool(
+    async def call_tool(  # noqa: PLR0911 - one answer per tool and case
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         arguments = params.arguments or {}
@@ -114,6 +174,14 @@ def build_server(record: Path, variant: Path | None = None) -> Server[Any]:
             path = str(arguments.get("path"))
             if "crash" in path:
                 os._exit(3)
+            if "every-" in path:
+                return types.CallToolResult.model_validate(
+                    {
+                        "content": EVERY_CONTENT,
+                        "structuredContent": EVERY_STRUCTURED,
+                        "isError": "every-error" in path,
+                    }
+                )
             if "missing" in path:
                 return types.CallToolResult(
                     content=[types.TextContent(text=f"no such file: {path}")], is_error=True
@@ -126,6 +194,8 @@ def build_server(record: Path, variant: Path | None = None) -> Server[Any]:
             return types.CallToolResult(
                 content=[types.TextContent(text=f"results for {arguments.get('query')}")]
             )
+        if params.name == "files.stat_v1.2":
+            return types.CallToolResult(content=[types.TextContent(text="stat")])
         if params.name == "write_file":
             content = str(arguments.get("content", ""))
             return types.CallToolResult(
