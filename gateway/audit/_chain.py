@@ -50,14 +50,17 @@ def encode(record: Mapping[str, Any]) -> bytes:
     The C encoder makes this cheap on the writer thread; a reader decodes with
     :func:`decode` (floats, as the writer saw) and re-encodes to exactly the same bytes.
     """
-    return json.dumps(
-        record,
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-        allow_nan=False,
-        default=_plain,
-    ).encode("utf-8")
+    return _ENCODER.encode(record).encode("utf-8")
+
+
+# One encoder for every record: json.dumps would build one per call.
+_ENCODER: Final = json.JSONEncoder(
+    sort_keys=True,
+    separators=(",", ":"),
+    ensure_ascii=False,
+    allow_nan=False,
+    default=_plain,
+)
 
 
 class MalformedRecordError(ValueError):

@@ -311,8 +311,9 @@ class JsonlFileSink:
             else:
                 if self._policy is FsyncPolicy.ALWAYS and not durable:
                     self._waiters.append((future, chained))
-                    self._sync_wanted = True
-                    self._cond.notify_all()
+                    if not self._sync_wanted:  # else the syncer is woken already
+                        self._sync_wanted = True
+                        self._cond.notify()
                     return future
         if failed:
             _fail(failed, AuditWriteError(f"audit write failed: {self._broken}"))
@@ -337,8 +338,9 @@ class JsonlFileSink:
             return self._policy is not FsyncPolicy.NONE
         if self._policy is FsyncPolicy.BATCH and self._clock() - self._last_sync >= self._interval:
             self._last_sync = self._clock()
-            self._sync_wanted = True
-            self._cond.notify_all()
+            if not self._sync_wanted:
+                self._sync_wanted = True
+                self._cond.notify()
         return False
 
     def _rotate(self) -> None:
