@@ -38,10 +38,14 @@ class CallerContext:
             numbers, more than 64 KiB encoded, or deeper than 64 levels.
     """
 
-    __slots__ = ("_digest", "_json")
+    __slots__ = ("_added", "_digest", "_json", "_parent")
 
     _json: bytes
     _digest: str
+    # Set by with_member when the member is new: the context it was derived from, which is
+    # exactly this one without that member.
+    _parent: CallerContext | None
+    _added: str | None
 
     def __init__(self, values: Mapping[str, Any] | None = None, /, **fields: Any) -> None:
         if values is not None and not isinstance(values, Mapping):
@@ -56,8 +60,48 @@ class CallerContext:
             raise InvalidContextError(f"caller context: {exc}") from None
         if len(encoded) > _MAX_CONTEXT_BYTES:
             raise InvalidContextError(f"caller context exceeds {_MAX_CONTEXT_BYTES} bytes")
-        object.__setattr__(self, "_json", encoded)
-        object.__setattr__(self, "_digest", hashlib.sha256(encoded).hexdigest())
+        _fill(self, encoded, None, None)
+
+    def with_member(self, name: str, value: str) -> CallerContext:
+        """This context with the string member ``name`` set to ``value``.
+
+        Cheaper than building a new context from :meth:`as_dict`: this one is already
+        valid, so only the new member is checked.
+
+        Raises:
+            InvalidContextError: ``name`` or ``value`` is not a string that encodes as
+                UTF-8, or the result exceeds 64 KiB encoded.
+        """
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise InvalidContextError("caller context: a member name and value must be strings")
+        try:
+            # The new member alone, read back as a policy would (no noncharacters, say).
+            _json.parse(_json.canonical({name: value}))
+        except (_json.StrictJSONError, UnicodeError) as exc:
+            raise InvalidContextError(f"caller context: {exc}") from None
+        merged = self.as_dict()
+        fresh = name not in merged
+        merged[name] = value
+        encoded = _json.canonical(merged)
+        if len(encoded) > _MAX_CONTEXT_BYTES:
+            raise InvalidContextError(f"caller context exceeds {_MAX_CONTEXT_BYTES} bytes")
+        derived = CallerContext.__new__(CallerContext)
+        _fill(derived, encoded, self if fresh else None, name if fresh else None)
+        return derived
+
+    def without_member(self, name: str) -> CallerContext:
+        """This context without the member ``name`` (itself when it has no such member).
+
+        A context made by :meth:`with_member` adding ``name`` gives back the one it was
+        made from, without decoding anything.
+        """
+        if self._added == name and self._parent is not None:
+            return self._parent
+        values = self.as_dict()
+        if name not in values:
+            return self
+        del values[name]
+        return CallerContext(values)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("CallerContext is immutable")
@@ -92,6 +136,15 @@ class CallerContext:
 
     def __repr__(self) -> str:
         return f"CallerContext({json.loads(self._json)!r})"
+
+
+def _fill(
+    context: CallerContext, encoded: bytes, parent: CallerContext | None, added: str | None
+) -> None:
+    object.__setattr__(context, "_json", encoded)
+    object.__setattr__(context, "_digest", hashlib.sha256(encoded).hexdigest())
+    object.__setattr__(context, "_parent", parent)
+    object.__setattr__(context, "_added", added)
 
 
 EMPTY_CONTEXT: Final = CallerContext()

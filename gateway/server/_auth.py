@@ -142,7 +142,7 @@ class Authenticator:
 
     def with_request_id(self, context: CallerContext, request_id: str) -> CallerContext:
         """The context with the request id added (for the audit trail; the policy never sees it)."""
-        return CallerContext(context.as_dict(), request_id=request_id)
+        return context.with_member("request_id", request_id)
 
 
 def _jwt_keys(config: JwtConfig) -> dict[str | None, Any]:

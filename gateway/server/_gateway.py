@@ -29,7 +29,7 @@ from gateway._guard import Guard
 from gateway._output import ToolOutput
 from gateway._registry import Registry
 from gateway.audit import AuditedTool, AuditingAuthorizer, AuditTrail, AuditWriteError
-from gateway.policy import CallerContext, caller_context, current_caller
+from gateway.policy import caller_context, current_caller
 from gateway.server._metrics import GatewayMetrics
 
 _LOG: Final = logging.getLogger("gateway.server")
@@ -105,11 +105,11 @@ class _WithoutRequestId:
         self._inner = inner
 
     async def authorize(self, authorization: Authorization) -> bool | Decision:
-        values = current_caller().as_dict()
-        if "request_id" not in values:
+        caller = current_caller()
+        without = caller.without_member("request_id")
+        if without is caller:
             return await self._inner.authorize(authorization)
-        del values["request_id"]
-        with caller_context(CallerContext(values)):
+        with caller_context(without):
             return await self._inner.authorize(authorization)
 
 

@@ -7,6 +7,8 @@ import hashlib
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gateway import Decision, GatewayError, Guard, ToolCall, bind
 from gateway.policy import (
@@ -335,3 +337,80 @@ async def test_policy_input_document_takes_context_from_the_caller_not_the_argum
     document = documents[0].to_dict()
     assert document["context"] == {"subject": "alice"}
     assert document["arguments"] == {"context": {"subject": "root"}, "subject": "root"}
+
+
+# --- derived contexts: a member added (the request id), then removed ----------------------
+
+_TEXT = st.text(max_size=20)
+_CONTEXTS = st.dictionaries(
+    st.text(max_size=8),
+    st.one_of(st.none(), st.booleans(), st.integers(), _TEXT, st.lists(_TEXT, max_size=3)),
+    max_size=5,
+)
+
+
+def _strict(text: str) -> bool:
+    try:
+        CallerContext({text: text})
+    except InvalidContextError:
+        return False
+    return True
+
+
+@given(values=_CONTEXTS, name=_TEXT.filter(_strict), value=_TEXT.filter(_strict))
+def test_a_member_added_then_removed_gives_the_contexts_built_from_scratch(
+    values: dict[str, Any], name: str, value: str
+) -> None:
+    try:
+        base = CallerContext(values)
+    except InvalidContextError:
+        return
+    added = base.with_member(name, value)
+
+    assert added == CallerContext({**values, name: value})
+    assert added.digest == CallerContext({**values, name: value}).digest
+    without = {key: item for key, item in values.items() if key != name}
+    assert added.without_member(name) == CallerContext(without)
+
+
+def test_removing_the_member_just_added_gives_back_the_context_it_was_added_to() -> None:
+    base = CallerContext(subject="alice", roles=["analyst"])
+    added = base.with_member("request_id", "r-1")
+
+    assert added.without_member("request_id") is base
+    assert added.as_dict() == {"subject": "alice", "roles": ["analyst"], "request_id": "r-1"}
+
+
+def test_replacing_a_member_then_removing_it_drops_it_altogether() -> None:
+    base = CallerContext(subject="alice", request_id="from-the-token")
+    replaced = base.with_member("request_id", "r-2")
+
+    assert replaced.get("request_id") == "r-2"
+    assert replaced.without_member("request_id") == CallerContext(subject="alice")
+
+
+def test_removing_a_member_a_context_lacks_gives_the_context_itself() -> None:
+    base = CallerContext(subject="alice")
+    assert base.without_member("request_id") is base
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("request_id", "\ud800"),  # a lone surrogate
+        ("request_id", "\ufdd0"),  # a noncharacter
+        ("request_id", "ok\U0010ffff"),
+        ("\udfff", "ok"),
+        ("\ufffe", "ok"),
+        ("request_id", 7),
+        (None, "ok"),
+    ],
+)
+def test_a_member_a_policy_could_not_read_is_refused(name: Any, value: Any) -> None:
+    with pytest.raises(InvalidContextError):
+        CallerContext(subject="alice").with_member(name, value)
+
+
+def test_a_member_that_makes_the_context_too_large_is_refused() -> None:
+    with pytest.raises(InvalidContextError, match="exceeds"):
+        CallerContext(subject="alice").with_member("request_id", "x" * (64 * 1024))
