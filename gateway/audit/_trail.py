@@ -22,12 +22,16 @@ import contextvars
 import dataclasses
 import datetime
 import hashlib
+import json
 import math
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
 from decimal import Decimal
-from typing import Any
+from typing import Any, Final
+
+import cachetools
 
 from gateway import _json
 from gateway._authorization import (
@@ -46,6 +50,9 @@ from gateway._output import ToolOutput
 from gateway.audit._mask import Masker
 from gateway.audit._sinks import AuditSink, AuditWriteError
 from gateway.policy._context import current_caller
+
+_MEMO_MAX_BYTES: Final = 4096
+_MEMO_ENTRIES: Final = 4096
 
 
 @dataclasses.dataclass(slots=True)
@@ -105,6 +112,10 @@ class AuditTrail:
         self._wall = wall_clock
         self._timer = timer
         self._new_id = new_id
+        self._memo: cachetools.LRUCache[bytes, tuple[str, str, tuple[str, ...]]] = (
+            cachetools.LRUCache(maxsize=_MEMO_ENTRIES)
+        )
+        self._memo_lock = threading.Lock()
 
     @property
     def sink(self) -> AuditSink:
@@ -127,15 +138,39 @@ class AuditTrail:
         }
 
     def _masked(self, arguments: bytes, found: list[str]) -> tuple[str, Any, Any]:
+        digest, masked_arguments = self._masked_arguments(arguments, found)
+        context = _recordable(self._masker.mask(current_caller().as_dict(), found))
+        return digest, masked_arguments, context
+
+    def _masked_arguments(self, arguments: bytes, found: list[str]) -> tuple[str, Any]:
+        # Agents repeat the same small argument documents: their digest, masked form and
+        # masked values are remembered by their exact bytes (bounded). Each record gets a
+        # fresh copy of the masked form.
+        small = len(arguments) <= _MEMO_MAX_BYTES
+        if small:
+            with self._memo_lock:
+                known = self._memo.get(arguments)
+            if known is not None:
+                digest, masked_json, secrets = known
+                found.extend(secrets)
+                return digest, json.loads(masked_json)
+        own: list[str] = []
         try:
             value = _json.parse(arguments, max_depth=10_000)
             digest = hashlib.sha256(_json.canonical(value)).hexdigest()
-            masked_arguments = _recordable(self._masker.mask(value, found))
+            masked_arguments = _recordable(self._masker.mask(value, own))
         except _json.StrictJSONError:
             digest = hashlib.sha256(arguments).hexdigest()
             masked_arguments = None
-        context = _recordable(self._masker.mask(current_caller().as_dict(), found))
-        return digest, masked_arguments, context
+        found.extend(own)
+        if small:
+            try:
+                masked_json = json.dumps(masked_arguments, ensure_ascii=False, allow_nan=False)
+            except (TypeError, ValueError):  # not plain JSON: not remembered
+                return digest, masked_arguments
+            with self._memo_lock:
+                self._memo[arguments] = (digest, masked_json, tuple(own))
+        return digest, masked_arguments
 
     def decision_record(
         self,

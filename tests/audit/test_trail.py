@@ -639,6 +639,43 @@ async def test_masked_values_never_appear_anywhere_in_the_trail(
     )
 
 
+async def test_a_repeated_argument_document_is_masked_and_scrubbed_like_the_first(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "audit.jsonl"
+    sink = JsonlFileSink(path)
+    trail = make_trail(sink, masker())
+    tool = RaisingTool(Failure(FailureKind.FAILED, ECHO, cause=ValueError(ECHO)))
+    guarded = trail.guard(tool, StaticAuthorizer(True))
+    for call_id in ("call-1", "call-2", "call-3"):
+        with caller_context(CONTEXT), contextlib.suppress(Failure):
+            await call(guarded, json.dumps(ARGUMENTS), call_id=call_id)
+    sink.close()
+
+    records = read(path)
+    decisions = [record for record in records if record["type"] == "decision"]
+    outcomes = [record for record in records if record["type"] == "outcome"]
+    assert [
+        name for name, secret in SECRETS.items() if secret.encode() in every_byte(tmp_path)
+    ] == []
+    assert len({json.dumps(record["arguments"]) for record in decisions}) == 1
+    assert len({record["arguments_digest"] for record in decisions}) == 1
+    assert len({record["message"] for record in outcomes}) == 1
+    assert "[masked]" in outcomes[-1]["message"]
+
+
+async def test_each_record_has_its_own_copy_of_repeated_masked_arguments() -> None:
+    sink = MemorySink()
+    guarded = make_trail(sink, masker()).guard(RecordingTool("search"), StaticAuthorizer(True))
+    await call(guarded, json.dumps(ARGUMENTS))
+    first = next(record for record in sink.records if record["type"] == "decision")
+    first["arguments"]["query"] = "changed after the fact"
+    await call(guarded, json.dumps(ARGUMENTS), call_id="call-2")
+
+    second = [record for record in sink.records if record["type"] == "decision"][-1]
+    assert second["arguments"]["query"] == "visible query"
+
+
 async def test_equal_secrets_give_equal_digests_within_a_trail_and_different_ones_across_keys() -> (
     None
 ):
