@@ -8,6 +8,7 @@ cache) and one syncer thread fsyncs in groups, so concurrent callers share each 
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import contextlib
 import enum
@@ -140,7 +141,10 @@ def _claim(path: Path) -> tuple[Path, int]:
     raise AuditWriteError(f"audit trail {path}: {MAX_WRITERS} writers already hold it")
 
 
-_Waiter = tuple[concurrent.futures.Future[dict[str, Any]], dict[str, Any]]
+# A record waiting for an fsync: its future, the chained record, and the event loop that owns
+# the future (None for a concurrent future, which any thread may resolve).
+_AnyFuture = concurrent.futures.Future[dict[str, Any]] | asyncio.Future[dict[str, Any]]
+_Waiter = tuple[_AnyFuture, dict[str, Any], asyncio.AbstractEventLoop | None]
 
 
 class JsonlFileSink:
@@ -285,14 +289,39 @@ class JsonlFileSink:
         the future after its fsync.
         """
         future: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
-        failed: list[_Waiter] = []
+        self._enter(record, future, None)
+        return future
+
+    async def write(self, record: Mapping[str, Any]) -> dict[str, Any]:
+        """Chain and append the record now; return the chained record once it is durable.
+
+        As :meth:`submit`, awaited on the running loop. The syncer wakes that loop once per
+        fsync for every record the fsync made durable, rather than once per record.
+
+        Raises:
+            AuditWriteError: the record could not be written (or made durable).
+        """
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[dict[str, Any]] = loop.create_future()
+        self._enter(record, future, loop)
+        return await future
+
+    def _enter(
+        self,
+        record: Mapping[str, Any],
+        future: _AnyFuture,
+        loop: asyncio.AbstractEventLoop | None,
+    ) -> None:
+        # ``future`` is resolved here at once, or by the syncer once durable. An asyncio
+        # future is only ever resolved directly on its own loop's thread (this one).
+        failed: list[_Waiter] | None = None
         with self._cond:
             if self._closed:
                 future.set_exception(AuditWriteError("audit sink is closed"))
-                return future
+                return
             if self._broken is not None:
                 future.set_exception(AuditWriteError("audit sink failed earlier; trail is closed"))
-                return future
+                return
             # A record that is not JSON (a lone surrogate in a call id, say) fails alone; the
             # chain only advances for records that encode, so the trail stays whole and usable.
             try:
@@ -301,25 +330,26 @@ class JsonlFileSink:
                 future.set_exception(
                     AuditWriteError(f"audit record is not JSON: {type(exc).__name__}")
                 )
-                return future
+                return
             try:
                 durable = self._append(encode(chained) + b"\n")
             except Exception as exc:  # noqa: BLE001 - any I/O failure breaks the sink closed
                 self._broken = exc
-                failed, self._waiters = [*self._waiters, (future, chained)], []
+                failed, self._waiters = self._waiters, []
                 self._cond.notify_all()
             else:
                 if self._policy is FsyncPolicy.ALWAYS and not durable:
-                    self._waiters.append((future, chained))
+                    self._waiters.append((future, chained, loop))
                     if not self._sync_wanted:  # else the syncer is woken already
                         self._sync_wanted = True
                         self._cond.notify()
-                    return future
-        if failed:
-            _fail(failed, AuditWriteError(f"audit write failed: {self._broken}"))
-            return future
+                    return
+        if failed is not None:
+            error = AuditWriteError(f"audit write failed: {self._broken}")
+            _settle(failed, error)
+            future.set_exception(error)
+            return
         future.set_result(chained)
-        return future
 
     def _append(self, line: bytes) -> bool:
         # Under the lock. True when the line is already on disk (a rotation fsynced it).
@@ -350,8 +380,7 @@ class JsonlFileSink:
             self._sync_file(self._fd)
             self._unsynced = False
             done, self._waiters = self._waiters, []
-            for future, chained in done:
-                future.set_result(chained)
+            _settle(done, None)
         self._segment += 1
         os.replace(self._path, self._path.with_name(f"{self._path.name}.{self._segment:06d}"))
         old = self._fd
@@ -389,10 +418,9 @@ class JsonlFileSink:
                 with contextlib.suppress(OSError):
                     os.close(old)
             if error is not None:
-                _fail(batch, AuditWriteError(f"audit write failed: {error}"))
+                _settle(batch, AuditWriteError(f"audit write failed: {error}"))
                 return
-            for future, chained in batch:
-                future.set_result(chained)
+            _settle(batch, None)
             if stop:
                 return
 
@@ -424,7 +452,32 @@ class JsonlFileSink:
         self.close()
 
 
-def _fail(waiters: list[_Waiter], error: AuditWriteError) -> None:
-    for future, _ in waiters:
-        if not future.done():
-            future.set_exception(error)
+def _settle(waiters: list[_Waiter], error: AuditWriteError | None) -> None:
+    # Resolve each waiter with its record (or ``error``). Concurrent futures directly; the
+    # asyncio futures of one loop with one call on that loop, so it is woken once.
+    by_loop: dict[asyncio.AbstractEventLoop, list[_Waiter]] = {}
+    for waiter in waiters:
+        loop = waiter[2]
+        if loop is None:
+            _resolve(waiter, error)
+        else:
+            by_loop.setdefault(loop, []).append(waiter)
+    for loop, group in by_loop.items():
+        # A closed loop has nobody left waiting on it.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(_resolve_all, group, error)
+
+
+def _resolve_all(waiters: list[_Waiter], error: AuditWriteError | None) -> None:
+    for waiter in waiters:
+        _resolve(waiter, error)
+
+
+def _resolve(waiter: _Waiter, error: AuditWriteError | None) -> None:
+    future, chained, _ = waiter
+    if future.done():  # an awaiting task was cancelled
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(chained)

@@ -48,7 +48,7 @@ from gateway._failure import Failure, FailureKind
 from gateway._guard import Guard
 from gateway._output import ToolOutput
 from gateway.audit._mask import Masker
-from gateway.audit._sinks import AuditSink, AuditWriteError
+from gateway.audit._sinks import AuditSink, AuditWriteError, JsonlFileSink
 from gateway.policy._context import current_caller
 
 _MEMO_MAX_BYTES: Final = 4096
@@ -327,12 +327,17 @@ class AuditingAuthorizer:
         if slot is not None:
             slot.decision_id = decision_id
             slot.result = record["result"]
+        sink = self._trail.sink
         try:
-            written = self._trail.sink.submit(record)
-            # Already resolved (written, no fsync awaited): no hand-off through the loop.
-            if not written.done():
-                await asyncio.wrap_future(written)
-            written.result()
+            if isinstance(sink, JsonlFileSink):
+                # Woken once per fsync with every other record that fsync made durable.
+                await sink.write(record)
+            else:
+                written = sink.submit(record)
+                # Already resolved (written, no fsync awaited): no hand-off through the loop.
+                if not written.done():
+                    await asyncio.wrap_future(written)
+                written.result()
         except AuditWriteError:
             raise
         except Exception as exc:  # noqa: BLE001 - any sink failure is an audit failure

@@ -9,6 +9,7 @@ writer killed mid-append leaves a chain that verifies and resumes.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -20,9 +21,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.audit import AuditWriteError, JsonlFileSink, head_path, trail_files, verify
+from gateway import AuthorizationError, ToolCall, bind
+from gateway.audit import (
+    AuditTrail,
+    AuditWriteError,
+    JsonlFileSink,
+    head_path,
+    trail_files,
+    verify,
+)
 from gateway.audit._chain import HEAD_SLOT_SIZE, MalformedRecordError, encode_head, read_head
-from gateway.testing import GatedFsync
+from gateway.testing import GatedFsync, RecordingTool, StaticAuthorizer
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT = 30  # seconds; a safety net for a hung syncer, never reached by a passing test
@@ -257,3 +266,100 @@ def test_a_writer_killed_mid_append_leaves_a_chain_that_verifies_and_resumes(
     assert resumed["seq"] >= 200
     assert resumed["seq"] >= last_seq + 1
     assert check(path)
+
+
+# --- awaited on a loop (what the audit trail does) -------------------------------------------
+
+
+async def test_an_awaited_write_under_fsync_always_returns_only_after_its_fsync(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "audit.jsonl"
+    fsync = GatedFsync()
+    fsync.hold()
+    sink = JsonlFileSink(path, fsync="always", key=KEY, sync_file=fsync)
+    try:
+        task = asyncio.ensure_future(sink.write({"n": 1}))
+        await asyncio.to_thread(fsync.wait_entered)
+
+        assert task.done() is False
+        assert fsync.sizes == [path.stat().st_size]
+        fsync.release()
+        assert (await task)["seq"] == 1
+    finally:
+        fsync.release()
+        sink.close()
+
+
+async def test_writes_awaited_together_share_one_fsync_and_each_gets_its_record(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "audit.jsonl"
+    fsync = GatedFsync()
+    fsync.hold()
+    sink = JsonlFileSink(path, fsync="always", key=KEY, sync_file=fsync)
+    try:
+        first = asyncio.ensure_future(sink.write({"n": 0}))
+        await asyncio.to_thread(fsync.wait_entered)
+        rest = [asyncio.ensure_future(sink.write({"n": n})) for n in range(1, 50)]
+        await asyncio.sleep(0)  # let every write append before the gate opens
+        fsync.release()
+        records = await asyncio.gather(first, *rest)
+    finally:
+        fsync.release()
+        sink.close()
+
+    assert [record["n"] for record in records] == list(range(50))
+    assert [record["seq"] for record in records] == list(range(1, 51))
+    assert fsync.calls == 2
+    assert check(path)
+
+
+async def test_a_write_cancelled_while_waiting_leaves_its_record_and_the_sink_working(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "audit.jsonl"
+    fsync = GatedFsync()
+    fsync.hold()
+    sink = JsonlFileSink(path, fsync="always", key=KEY, sync_file=fsync)
+    try:
+        task = asyncio.ensure_future(sink.write({"n": 0}))
+        await asyncio.to_thread(fsync.wait_entered)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        fsync.release()
+        assert (await sink.write({"n": 1}))["seq"] == 2
+    finally:
+        fsync.release()
+        sink.close()
+    assert check(path)
+
+
+async def test_an_awaited_write_whose_fsync_fails_raises_audit_write_error(tmp_path: Path) -> None:
+    fsync = GatedFsync(error=OSError(28, "No space left on device"))
+    sink = JsonlFileSink(tmp_path / "audit.jsonl", fsync="always", key=KEY, sync_file=fsync)
+    try:
+        with pytest.raises(AuditWriteError, match="audit write failed"):
+            await sink.write({"n": 1})
+        with pytest.raises(AuditWriteError, match="failed earlier"):
+            await sink.write({"n": 2})
+    finally:
+        sink.close()
+
+
+async def test_a_guarded_call_whose_decision_record_cannot_be_fsynced_is_denied(
+    tmp_path: Path,
+) -> None:
+    fsync = GatedFsync(error=OSError(5, "Input/output error"))
+    sink = JsonlFileSink(tmp_path / "audit.jsonl", fsync="always", key=KEY, sync_file=fsync)
+    tool = RecordingTool("search")
+    guarded = bind(AuditTrail(sink).guard(tool, StaticAuthorizer(True)))
+    try:
+        with pytest.raises(AuthorizationError) as raised:
+            await guarded.call(guarded.prepare(ToolCall("c", "search", "{}")))
+    finally:
+        sink.close()
+
+    assert raised.value.code == "audit_failed"
+    assert tool.calls == []
