@@ -48,6 +48,11 @@ bench: $(STAMP)
 	OPA_BIN="$$(scripts/provision-opa)" && export OPA_BIN && \
 	$(BIN)/python -m benchmarks --json benchmarks/results.json --markdown BENCHMARKS.md
 
+# The HTTP service as shipped (gateway serve) under wrk, which is installed when missing.
+.PHONY: bench-http
+bench-http: $(STAMP)
+	$(BIN)/python -m benchmarks.wrk
+
 # The reliability and security suite (faults against a real OPA, load); writes RELIABILITY.md.
 # Phony on its own line: a directory of the same name exists.
 .PHONY: reliability
