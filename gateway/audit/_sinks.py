@@ -208,6 +208,7 @@ class JsonlFileSink:
                 head_path(self._path), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o640
             )
             self._head_resized = os.fstat(self._head_fd).st_size == HEAD_SLOT_SIZE
+            self._head_seq = -1
             self._size = os.fstat(self._fd).st_size
         except BaseException:
             for fd in (self._head_fd, self._fd, self._lock_fd):
@@ -359,10 +360,8 @@ class JsonlFileSink:
             view = view[written:]
         self._size += len(line)
         self._unsynced = True
-        os.pwrite(self._head_fd, encode_head(self._chainer.seq, self._chainer.prev), 0)
-        if not self._head_resized:
-            os.ftruncate(self._head_fd, HEAD_SLOT_SIZE)
-            self._head_resized = True
+        if self._policy is not FsyncPolicy.ALWAYS:
+            self._write_head(self._chainer.seq, self._chainer.prev)
         if self._max_bytes is not None and self._size >= self._max_bytes:
             self._rotate()
             return self._policy is not FsyncPolicy.NONE
@@ -373,12 +372,24 @@ class JsonlFileSink:
                 self._cond.notify()
         return False
 
+    def _write_head(self, seq: int, prev: str) -> None:
+        # Under the lock. With FsyncPolicy.ALWAYS only after an fsync covering record
+        # ``seq``: the head never names a record that might not survive a power loss.
+        if seq <= self._head_seq:
+            return
+        os.pwrite(self._head_fd, encode_head(seq, prev), 0)
+        if not self._head_resized:
+            os.ftruncate(self._head_fd, HEAD_SLOT_SIZE)
+            self._head_resized = True
+        self._head_seq = seq
+
     def _rotate(self) -> None:
         # Under the lock. Every record written so far is in the file rotated away: it is
         # fsynced here, so every record waiting for an fsync is durable now.
         if self._policy is not FsyncPolicy.NONE:
             self._sync_file(self._fd)
             self._unsynced = False
+            self._write_head(self._chainer.seq, self._chainer.prev)
             done, self._waiters = self._waiters, []
             _settle(done, None)
         self._segment += 1
@@ -401,6 +412,7 @@ class JsonlFileSink:
                 if self._broken is not None or not self._sync_wanted:
                     return
                 fd, batch = self._fd, self._waiters
+                covered = (self._chainer.seq, self._chainer.prev)
                 self._waiters, self._sync_wanted, self._syncing = [], False, True
                 self._unsynced = False
             error: BaseException | None = None
@@ -411,6 +423,11 @@ class JsonlFileSink:
             with self._cond:
                 self._syncing = False
                 retired, self._retired = self._retired, []
+                if error is None:
+                    try:
+                        self._write_head(*covered)
+                    except Exception as exc:  # noqa: BLE001 - the head failed: fail closed
+                        error = exc
                 if error is not None:
                     self._broken = error
                     batch, self._waiters = [*batch, *self._waiters], []
@@ -437,6 +454,7 @@ class JsonlFileSink:
             if self._unsynced and self._broken is None and self._policy is not FsyncPolicy.NONE:
                 with contextlib.suppress(OSError):
                     self._sync_file(self._fd)
+                    self._write_head(self._chainer.seq, self._chainer.prev)
             for fd in (*self._retired, self._fd, self._head_fd):
                 with contextlib.suppress(OSError):
                     os.close(fd)

@@ -363,3 +363,24 @@ async def test_a_guarded_call_whose_decision_record_cannot_be_fsynced_is_denied(
 
     assert raised.value.code == "audit_failed"
     assert tool.calls == []
+
+
+def test_under_fsync_always_the_head_names_a_record_only_after_its_fsync(tmp_path: Path) -> None:
+    # Otherwise a power loss could keep the head and lose the record: a false truncation.
+    path = tmp_path / "audit.jsonl"
+    with JsonlFileSink(path, fsync="always", key=KEY) as sink:
+        first = sink.submit({"n": 0}).result(WAIT)
+    fsync = GatedFsync()
+    fsync.hold()
+    sink = JsonlFileSink(path, fsync="always", key=KEY, sync_file=fsync)
+    try:
+        future = sink.submit({"n": 1})
+        fsync.wait_entered()
+        assert read_head(head_path(path)) == (1, first["hash"])
+        fsync.release()
+        second = future.result(WAIT)
+        assert read_head(head_path(path)) == (2, second["hash"])
+    finally:
+        fsync.release()
+        sink.close()
+    assert check(path)
