@@ -6,7 +6,9 @@ configured (the only form that resists someone who can write the files), plain S
 otherwise, over ``prev`` and the canonical JSON of the record without ``hash``. Changing,
 deleting, inserting or reordering any record breaks the chain at that record; a cut inside a
 line is a malformed record; a cut at a line boundary is caught by comparing the chain's end
-with the head file the sink keeps beside it.
+with the head file the sink keeps beside it: one fixed-size, checksummed slot rewritten in
+place, so that a torn rewrite reads as an unreadable head (the older ``[seq, hash]`` head
+files are still read).
 
 A trail is a folder holding one chain per writer: no two processes ever append to one chain.
 The first writer of ``audit.jsonl`` writes that file; while it holds it, a second writes

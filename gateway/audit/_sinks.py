@@ -155,10 +155,11 @@ class JsonlFileSink:
     ``audit.w2.jsonl``, ...) under an exclusive lock, and resumes that chain from its end.
     ``gateway audit verify`` checks every writer's chain of the trail.
 
-    A record is chained and appended on the submitting thread, under the sink's lock, and
-    the chain's head slot is rewritten in place. With ``FsyncPolicy.ALWAYS`` its future
-    resolves only once one syncer thread has fsynced the file past it; concurrent records
-    share each fsync (group commit). With the other policies it resolves once written.
+    A record is chained and appended on the submitting thread, under the sink's lock. With
+    ``FsyncPolicy.ALWAYS`` it is acknowledged only once one syncer thread has fsynced the
+    file past it (concurrent records share each fsync), and the chain's head slot is
+    rewritten in place after that fsync; with the other policies it is acknowledged, and the
+    head rewritten, once it is written. :meth:`write` awaits the same on an event loop.
 
     Args:
         path: the trail's first active file; this writer's rotated segments sit beside its
