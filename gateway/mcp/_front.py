@@ -61,7 +61,13 @@ from gateway._output import ToolOutput
 from gateway.audit import AuditTrail
 from gateway.mcp._content import UpstreamOutput, gateway_version, structured, to_blocks
 from gateway.mcp._sessions import PRINCIPAL_SCOPE_KEY, SessionGuard, SessionTable
-from gateway.mcp._stdio import DEFAULT_MAX_LINE_BYTES, claim_std_fds, pump
+from gateway.mcp._stdio import (
+    DEFAULT_MAX_LINE_BYTES,
+    FdReceiveStream,
+    claim_std_fds,
+    nonblocking,
+    pump,
+)
 from gateway.mcp._wire import MESSAGE_SCOPE_KEY, Message
 from gateway.policy import EMPTY_CONTEXT, CallerContext, caller_context
 from gateway.server._auth import Authenticator, AuthFailure
@@ -290,7 +296,13 @@ class McpFront:
         if self._stdio_context is None:
             raise ValueError("mcp.stdio_context: required for the stdio transport")
         with claim_std_fds() as (wire_in, wire_out):
-            await self.serve_streams(FileReadStream(wire_in), FileWriteStream(wire_out))
+            fd = wire_in.fileno()
+            if FdReceiveStream.pollable(fd):
+                # No reader thread: a signal can end the service while stdin is open.
+                with nonblocking(fd):
+                    await self.serve_streams(FdReceiveStream(fd), FileWriteStream(wire_out))
+            else:
+                await self.serve_streams(FileReadStream(wire_in), FileWriteStream(wire_out))
 
     async def serve_streams(
         self,

@@ -10,8 +10,11 @@ switches to it; calls already in flight finish on the gateway they started on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import signal
 import sys
+from collections.abc import Iterator
 from types import TracebackType
 from typing import Any, Final, Literal, Self, TextIO
 
@@ -211,7 +214,15 @@ class McpService:
             ws="none",
             lifespan="on",
         )
-        return uvicorn.Server(config)
+        return _Server(config)
+
+
+class _Server(uvicorn.Server):
+    # The service handles SIGINT/SIGTERM itself (run_mcp): uvicorn's own handlers would
+    # raise the signal again after shutting down, ending the process with -2/-15.
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 def run_mcp(
@@ -236,11 +247,38 @@ def run_mcp(
     service = McpService(config)
 
     async def main() -> None:
-        async with service:
-            if transport == "stdio":
-                await service.serve_stdio()
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None  # noqa: S101 - run by asyncio.run
+        server: uvicorn.Server | None = None
+        stopping = False
+
+        def stop(signum: int) -> None:
+            # SIGINT or SIGTERM: stop serving, then close the sessions and the upstreams.
+            nonlocal stopping
+            if not stopping:
+                _LOG.info("%s: shutting down", signal.Signals(signum).name)
+            stopping = True
+            if server is not None:
+                server.should_exit = True
             else:
-                await service.serve_http(host=host, port=port, log_level=log_level)
+                task.cancel()
+
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop, signum)
+        try:
+            async with service:
+                if transport == "stdio":
+                    await service.serve_stdio()
+                else:
+                    server = service.http_server(host=host, port=port, log_level=log_level)
+                    await server.serve()
+        except asyncio.CancelledError:
+            if not stopping:
+                raise
+        finally:
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(signum)
 
     logging.basicConfig(
         stream=sys.stderr,

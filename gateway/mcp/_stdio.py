@@ -11,6 +11,7 @@ does), so a child process or stray ``print`` can neither read the wire nor write
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import os
@@ -130,6 +131,71 @@ async def pump(
         group.start_soon(writer)
         await reader()
         group.cancel_scope.cancel()
+
+
+class FdReceiveStream(anyio.abc.ByteReceiveStream):
+    """Bytes read from a pipe, socket or terminal without a worker thread.
+
+    A thread blocked in ``read`` cannot be cancelled, so a reader on it would keep the
+    process alive after a signal until the launcher writes or closes the pipe. This reader
+    waits in the event loop instead (the descriptor is non-blocking while it is used).
+    """
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    @staticmethod
+    def pollable(fd: int) -> bool:
+        """Whether the event loop can wait on ``fd`` (not a regular file)."""
+        loop = asyncio.get_running_loop()
+        try:
+            loop.add_reader(fd, lambda: None)
+        except (OSError, ValueError, NotImplementedError):
+            return False
+        loop.remove_reader(fd)
+        return True
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        while True:
+            try:
+                data = os.read(self._fd, max_bytes)
+            except BlockingIOError:
+                await self._readable()
+                continue
+            except OSError as exc:
+                raise anyio.BrokenResourceError from exc
+            if not data:
+                raise anyio.EndOfStream
+            return data
+
+    async def _readable(self) -> None:
+        loop = asyncio.get_running_loop()
+        ready: asyncio.Future[None] = loop.create_future()
+
+        def wake() -> None:
+            if not ready.done():
+                ready.set_result(None)
+
+        loop.add_reader(self._fd, wake)
+        try:
+            await ready
+        finally:
+            loop.remove_reader(self._fd)
+
+    async def aclose(self) -> None:
+        return None
+
+
+@contextlib.contextmanager
+def nonblocking(fd: int) -> Iterator[None]:
+    """``fd`` is non-blocking while held; its previous mode is restored after."""
+    blocking = os.get_blocking(fd)
+    os.set_blocking(fd, False)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.set_blocking(fd, blocking)
 
 
 @contextlib.contextmanager

@@ -1,9 +1,10 @@
 """A real upstream MCP server for the tests, written with the SDK's low-level Server.
 
-Run as ``python upstream_server.py RECORD [VARIANT]`` it serves over stdio. Every start and
-every tool call it receives is appended to RECORD (JSON Lines), so the tests can assert on
-the upstream's own record of what reached it. VARIANT is a file whose text selects the tool
-list ("v2": ``write_file`` added and ``search`` removed), read on every ``tools/list``;
+Run as ``python upstream_server.py RECORD [VARIANT]`` it serves over stdio. Every start,
+every tool call it receives and a clean stop (its stdin closed) are appended to RECORD
+(JSON Lines), so the tests can assert on the upstream's own record of what reached it.
+VARIANT is a file whose text selects the tool list ("v2": ``write_file`` and
+``files.stat_v1.2`` added, ``search`` removed), read on every ``tools/list``;
 "dead" makes the server exit as soon as it starts.
 
 Tools (names the shipped policies know):
@@ -223,6 +224,7 @@ async def _main(record: Path, variant: Path | None) -> None:
     server = build_server(record, variant)
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
+    _record(record, {"event": "stop"})  # its stdin closed: a clean shutdown
 
 
 if __name__ == "__main__":
