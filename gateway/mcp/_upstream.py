@@ -27,7 +27,7 @@ import dataclasses
 import json
 import logging
 import sys
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from types import TracebackType
 from typing import Any, Final, Self, TextIO
 
@@ -568,6 +568,9 @@ class UpstreamSet:
         reserved: tool names already served by the gateway.
         errlog: where stdio servers' stderr goes.
         on_change: called (synchronously) when any upstream's tool list changed.
+        retry_s: the first and the longest wait between attempts to reach an upstream that
+            could not be reached at start (doubling in between).
+        sleep: how to wait (``asyncio.sleep``; a test passes its own).
     """
 
     def __init__(
@@ -577,7 +580,12 @@ class UpstreamSet:
         reserved: Iterable[str] = (),
         errlog: TextIO | None = None,
         on_change: Callable[[], None] | None = None,
+        retry_s: tuple[float, float] = (1.0, 30.0),
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
+        self._retry_s = retry_s
+        self._sleep = sleep
+        self._retries: dict[str, asyncio.Task[None]] = {}
         self._reserved = frozenset(reserved)
         self.on_change = on_change
         self._upstreams = tuple(
@@ -667,10 +675,37 @@ class UpstreamSet:
     async def start(self) -> None:
         """Connect to every upstream and list its tools.
 
-        An upstream that cannot be reached is logged and recorded in :attr:`errors`; it
-        serves no tools until a later call or :meth:`refresh` reaches it.
+        An upstream that cannot be reached is reported (a warning) and recorded in
+        :attr:`errors`, and tried again with growing waits until it answers; then its tools
+        are listed (``on_change``) and its return is reported. A call or :meth:`refresh`
+        may reach it earlier.
         """
         await self._each()
+        for upstream in self._upstreams:
+            if upstream.name in self._errors and upstream.name not in self._retries:
+                self._retries[upstream.name] = asyncio.get_running_loop().create_task(
+                    self._retry(upstream), name=f"gateway-mcp-retry-{upstream.name}"
+                )
+
+    async def _retry(self, upstream: Upstream) -> None:
+        delay, longest = self._retry_s
+        try:
+            while upstream.name in self._errors:
+                await self._sleep(delay)
+                delay = min(delay * 2, longest)
+                try:
+                    await upstream.refresh()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - still down: try again later
+                    self._errors[upstream.name] = _describe(exc)
+                    continue
+                self._errors.pop(upstream.name, None)
+                _LOG.warning(
+                    "upstream %s is back: serving %d tool(s)", upstream.name, len(upstream.tools)
+                )
+        finally:
+            self._retries.pop(upstream.name, None)
 
     async def refresh(self) -> bool:
         """List every upstream's tools again (reconnecting as needed); whether any changed."""
@@ -686,7 +721,11 @@ class UpstreamSet:
                 if not isinstance(result, Exception):
                     raise result
                 self._errors[upstream.name] = _describe(result)
-                _LOG.error("upstream %s: %s", upstream.name, _describe(result))
+                _LOG.warning(
+                    "upstream %s is down: %s; its tools are not served until it answers",
+                    upstream.name,
+                    _describe(result),
+                )
                 changed.append(False)
             else:
                 self._errors.pop(upstream.name, None)
@@ -694,7 +733,11 @@ class UpstreamSet:
         return changed
 
     async def aclose(self) -> None:
-        """Close every session."""
+        """Stop the retries and close every session."""
+        retries = list(self._retries.values())
+        for task in retries:
+            task.cancel()
+        await asyncio.gather(*retries, return_exceptions=True)
         await asyncio.gather(*(upstream.aclose() for upstream in self._upstreams))
 
     async def __aenter__(self) -> Self:

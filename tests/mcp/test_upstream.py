@@ -300,3 +300,61 @@ async def test_the_service_rebuilds_the_gateway_when_the_upstream_tools_change(
     assert calls(read_record(record)) == [
         ("write_file", {"path": "/srv/tenants/acme/n.txt", "content": "x"})
     ]
+
+
+class _Waits:
+    """An injected ``sleep``: records each wait and returns when the test lets it."""
+
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+        self._go = asyncio.Queue[None]()
+        self.waiting = asyncio.Queue[float]()
+
+    async def __call__(self, delay: float) -> None:
+        self.delays.append(delay)
+        await self.waiting.put(delay)
+        await self._go.get()
+
+    def release(self) -> None:
+        self._go.put_nowait(None)
+
+
+async def test_an_upstream_down_at_start_is_retried_with_backoff_and_served_when_it_comes_up(
+    record: Path, variant: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    _write(variant, "dead")
+    waits = _Waits()
+    changes: list[int] = []
+    listed = asyncio.Event()
+
+    def changed() -> None:
+        changes.append(1)
+        listed.set()
+
+    upstreams = UpstreamSet(
+        [_stdio(record, variant)],
+        on_change=changed,
+        retry_s=(0.5, 1.5),
+        sleep=waits,
+    )
+    with caplog.at_level("WARNING", logger="gateway.mcp"):
+        async with upstreams:
+            assert upstreams.tools() == []
+            assert list(upstreams.errors) == ["files"]
+            await asyncio.wait_for(waits.waiting.get(), 30)
+            for _ in range(2):  # still down: each wait is longer, up to the longest
+                waits.release()
+                await asyncio.wait_for(waits.waiting.get(), 30)
+            _write(variant, "")
+            waits.release()
+            await asyncio.wait_for(listed.wait(), 30)  # the retry listed the tools
+            names = [tool.definition().name for tool in upstreams.tools()]
+            errors = upstreams.errors
+
+    assert waits.delays == [0.5, 1.0, 1.5]
+    assert names == ["read_file", "search"]
+    assert errors == {}
+    assert changes == [1]
+    messages = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any(m.startswith("upstream files is down:") for m in messages)
+    assert "upstream files is back: serving 2 tool(s)" in messages
