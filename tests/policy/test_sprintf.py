@@ -10,12 +10,13 @@ from __future__ import annotations
 import contextlib
 import json
 import subprocess
+import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gateway.policy import EmbeddedEngine, EngineError
@@ -236,6 +237,7 @@ _template = st.lists(
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases=st.lists(st.tuples(_template, st.lists(_value, max_size=4)), min_size=1, max_size=8))
+@example(cases=[("%q", [Number("191457")])])  # U+2EBE1: assigned in Unicode 15.1 only
 def test_generated_operands_print_as_opa_prints_them(
     engine: EmbeddedEngine, opa_binary: str, policy_dir: Path, cases: list[tuple[str, list[Any]]]
 ) -> None:
@@ -244,7 +246,31 @@ def test_generated_operands_print_as_opa_prints_them(
     document = _document(pairs)
     json.loads(document)
     expected = _opa(opa_binary, policy_dir, "data.fmt.results", document)
-    assert _wasm(engine, "fmt/results", document) == expected
+    try:
+        actual = _wasm(engine, "fmt/results", document)
+    except EngineError:
+        # The one refusal by design: %q of an integer prints it as a rune, and a code point
+        # this Python's Unicode database leaves unassigned is refused, never guessed.
+        assert any(_unassigned_rune(arg) for _, args in cases for arg in _leaves(args))
+        return
+    assert actual == expected
+
+
+def _leaves(values: list[Any]) -> Iterator[Any]:
+    for value in values:
+        if isinstance(value, list):
+            yield from _leaves(value)
+        elif isinstance(value, dict):
+            yield from _leaves(list(value.values()))
+        else:
+            yield value
+
+
+def _unassigned_rune(value: Any) -> bool:
+    if not isinstance(value, Number) or not value.text.lstrip("-").isdigit():
+        return False
+    code = int(value.text)
+    return 0 <= code <= 0x10FFFF and unicodedata.category(chr(code)) == "Cn"
 
 
 # -- the pieces -----------------------------------------------------------------------------
