@@ -27,7 +27,7 @@ from reliability.opa import main_module, opa_binary, opa_version, start_opa
 from reliability.report import markdown, summary
 from reliability.service import service_config
 
-QUICK_MATRIX = MatrixConfig(callers=16, timeout=0.5, baseline=0.5, duration=1.2, settle=0.5)
+QUICK_MATRIX = MatrixConfig(callers=16, timeout=0.5, baseline=0.5, duration=1.2, settle=1.0)
 QUICK_LOAD = LoadConfig(callers=16, duration=4.0, warmup=1.0)
 
 

@@ -24,7 +24,7 @@ from reliability.faults import (
 
 #: Eight callers, a 0.4 s deadline, each fault held for three deadlines.
 CI: Final = MatrixConfig(
-    callers=8, timeout=0.4, baseline=0.3, duration=1.2, settle=0.3, recovery_limit=10.0
+    callers=8, timeout=0.4, baseline=0.3, duration=1.2, settle=0.8, recovery_limit=10.0
 )
 
 
