@@ -15,10 +15,11 @@ import ctypes
 import hashlib
 import math
 import threading
+import time
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import wasmtime
 from wasmtime import _ffi as ffi
@@ -488,19 +489,19 @@ class PolicyInstance:
 
 
 class EpochTicker:
-    """Advances an engine's epoch every ``interval_s`` on a daemon thread, until stopped.
+    """Advances an engine's epoch every ``interval_s``, until stopped.
 
     Deadlines are counted in ticks: an evaluation given ``n`` ticks traps after between
-    ``(n - 1) * interval_s`` and ``n * interval_s``.
+    ``(n - 1) * interval_s`` and ``n * interval_s``. Every ticker of one interval shares a
+    single daemon thread (:class:`_Clock`), so many engines in one process cost one wake-up
+    per tick, not one each.
     """
 
     def __init__(self, engine: wasmtime.Engine, interval_s: float) -> None:
         self.interval_s = interval_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=_tick, args=(engine, interval_s, self._stop), name="wasm-epoch", daemon=True
-        )
-        self._thread.start()
+        self._engine = engine
+        self._stopped = False
+        _Clock.start(interval_s, engine)
 
     def ticks_for(self, timeout_s: float) -> int:
         """Deadline ticks that give at least ``timeout_s``."""
@@ -508,9 +509,49 @@ class EpochTicker:
 
     def stop(self) -> None:
         """Stop ticking (idempotent)."""
-        self._stop.set()
+        if not self._stopped:
+            self._stopped = True
+            _Clock.stop(self.interval_s, self._engine)
 
 
-def _tick(engine: wasmtime.Engine, interval_s: float, stop: threading.Event) -> None:
-    while not stop.wait(interval_s):
-        engine.increment_epoch()
+class _Clock:
+    """One daemon thread per tick interval, advancing the epoch of each registered engine."""
+
+    _lock: ClassVar[threading.Lock] = threading.Lock()
+    _clocks: ClassVar[dict[float, _Clock]] = {}
+
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self.engines: dict[int, wasmtime.Engine] = {}
+        self.thread = threading.Thread(target=self._run, name="wasm-epoch", daemon=True)
+
+    @classmethod
+    def start(cls, interval_s: float, engine: wasmtime.Engine) -> None:
+        with cls._lock:
+            clock = cls._clocks.get(interval_s)
+            if clock is None:
+                clock = cls._clocks[interval_s] = _Clock(interval_s)
+                clock.engines[id(engine)] = engine
+                clock.thread.start()
+            else:
+                clock.engines[id(engine)] = engine
+
+    @classmethod
+    def stop(cls, interval_s: float, engine: wasmtime.Engine) -> None:
+        with cls._lock:
+            clock = cls._clocks.get(interval_s)
+            if clock is not None:
+                clock.engines.pop(id(engine), None)
+                if not clock.engines:
+                    # The thread sees it is no longer the interval's clock and ends.
+                    del cls._clocks[interval_s]
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self.interval_s)
+            with self._lock:
+                if self._clocks.get(self.interval_s) is not self:
+                    return
+                engines = list(self.engines.values())
+            for engine in engines:
+                engine.increment_epoch()

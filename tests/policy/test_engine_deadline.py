@@ -31,6 +31,7 @@ from gateway.policy import (
     OpaRestEngineSync,
     PolicyAuthorizer,
     PolicyEngine,
+    _wasm_abi,
 )
 from gateway.server import Authenticator, Gateway, GatewayApp, GatewayMetrics
 from gateway.server._config import ApiKey, AuthConfig
@@ -234,16 +235,34 @@ async def test_a_closed_embedded_engine_is_unavailable() -> None:
         engine.evaluate_sync(DECISION, fast_document())
 
 
+def _ticked(wasm_engine: object, interval_s: float) -> bool:
+    clock = _wasm_abi._Clock._clocks.get(interval_s)
+    return clock is not None and id(wasm_engine) in clock.engines
+
+
 async def test_an_embedded_engine_that_is_collected_stops_its_deadline_clock() -> None:
     engine = embedded_engine(inline_bytes=0)
     await engine.evaluate(DECISION, fast_document())
-    clock = engine._ticker._thread
+    wasm_engine, interval = engine._engine, engine._ticker.interval_s
+    assert _ticked(wasm_engine, interval)
     gone = weakref.ref(engine)
     del engine
     gc.collect()
     assert gone() is None
-    clock.join(timeout=30.0)
-    assert not clock.is_alive()
+    assert not _ticked(wasm_engine, interval)
+
+
+def test_engines_of_one_tick_interval_share_one_clock_thread() -> None:
+    def clocks() -> int:
+        return sum(1 for t in threading.enumerate() if t.name == "wasm-epoch" and t.is_alive())
+
+    before = clocks()
+    engines = [embedded_engine() for _ in range(12)]
+    try:
+        assert clocks() <= before + 1
+    finally:
+        for engine in engines:
+            engine.close()
 
 
 @pytest.mark.parametrize(
