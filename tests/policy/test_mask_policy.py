@@ -12,11 +12,17 @@ from pathlib import Path
 from typing import Any, Final
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gateway import Authorization, ToolDefinition
-from gateway.audit import DEFAULT_NAME_PATTERNS, DEFAULT_VALUE_PATTERNS, Masker, normalize_name
+from gateway.audit import (
+    DEFAULT_MASKED_KEYS,
+    DEFAULT_NAME_PATTERNS,
+    DEFAULT_VALUE_PATTERNS,
+    Masker,
+    normalize_name,
+)
 from gateway.policy import OpaRestEngine, PolicyAuthorizer, caller_context
 from gateway.testing import OpaServer
 from tests.audit.mask_cases import INNOCENT_NAMES, PLAIN_VALUES, SECRET_VALUES, SENSITIVE_NAMES
@@ -66,10 +72,17 @@ def opa_values(server: OpaServer, values: list[str]) -> dict[str, bool]:
 
 def test_the_policy_carries_the_gateways_default_patterns(mask_opa: OpaServer) -> None:
     actual = ask(
-        mask_opa, "x := [data.system.log.name_patterns, data.system.log.value_patterns]", {}
+        mask_opa,
+        "x := [data.system.log.name_patterns, data.system.log.value_patterns,"
+        " sort(data.system.log.default_keys)]",
+        {},
     )
 
-    assert actual == [list(DEFAULT_NAME_PATTERNS), list(DEFAULT_VALUE_PATTERNS)]
+    assert actual == [
+        list(DEFAULT_NAME_PATTERNS),
+        list(DEFAULT_VALUE_PATTERNS),
+        sorted(DEFAULT_MASKED_KEYS),
+    ]
 
 
 def test_the_policy_and_the_masker_decide_every_name_of_the_shared_table_alike(
@@ -105,6 +118,7 @@ NAME_PARTS = st.sampled_from(
 
 @settings(max_examples=60)
 @given(st.lists(st.lists(NAME_PARTS, max_size=6).map("".join), min_size=1, max_size=25))
+@example(names=["APIkey"])  # "ap_ikey" as words: masked only by the exact-name list
 def test_the_policy_and_the_masker_agree_on_generated_names(
     mask_opa: OpaServer, names: list[str]
 ) -> None:

@@ -82,7 +82,14 @@ _name_regex := _alternation(array.concat(name_patterns, extra_name_patterns))
 
 _value_regex := _alternation(array.concat(value_patterns, extra_value_patterns))
 
-_keys := {_compact(k) | some k in extra_keys; is_string(k)}
+# Exact names, compared without case or separators: gateway.audit.DEFAULT_MASKED_KEYS.
+default_keys := {
+	"accesstoken", "apikey", "authorization", "cardnumber", "clientsecret", "creditcard",
+	"cvv", "idtoken", "passphrase", "passwd", "password", "privatekey", "refreshtoken",
+	"secret", "ssn", "token",
+}
+
+_keys := default_keys | {_compact(k) | some k in extra_keys; is_string(k)}
 
 _alternation(patterns) := concat("|", [sprintf("(?:%s)", [p]) | some p in patterns])
 
