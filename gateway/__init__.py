@@ -14,21 +14,19 @@ from gateway._authorization import (
     MalformedDecisionError,
 )
 from gateway._call import ToolCall
-from gateway._capability import (
-    MAX_WRAPPING_DEPTH,
-    InputValidatingTool,
-    InputValidator,
-    WrappingTool,
-    capability,
-)
 from gateway._contract import (
     DEFAULT_LIMITS,
+    MAX_WRAPPING_DEPTH,
     AdmissionLimits,
     Binding,
     Contract,
+    InputValidatingTool,
+    InputValidator,
     Invocation,
     Tool,
+    WrappingTool,
     bind,
+    capability,
 )
 from gateway._definition import ToolDefinition
 from gateway._errors import (

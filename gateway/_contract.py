@@ -1,22 +1,29 @@
-"""The trust boundary: Tool, bind, Binding, Contract and Invocation.
+"""The trust boundary: Tool, its optional capabilities, bind, Binding, Contract, Invocation.
 
 An untrusted ToolCall becomes executable only through ``Contract.prepare``, which checks it
 against a definition frozen at bind time. The contract keeps no reference to the executable
 tool, so it can be handed to admission code (or outlive the tool) without granting
-execution.
+execution. A tool's optional capabilities (its input validator) resolve through decorator
+(wrapping) chains, outermost declaration first.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final, Protocol, runtime_checkable
+from typing import Final, Protocol, TypeVar, runtime_checkable
 
 from gateway import _json, _schema
 from gateway._call import ToolCall
-from gateway._capability import InputValidatingTool, InputValidator, capability
 from gateway._definition import ToolDefinition
-from gateway._errors import InvalidInvocationError, InvalidToolError
+from gateway._errors import InvalidInvocationError, InvalidToolError, InvalidWrappingChainError
 from gateway._output import ToolOutput
+
+#: The most ``unwrap()`` steps a capability lookup takes; cycles end here.
+MAX_WRAPPING_DEPTH: Final = 64
+
+InputValidator = Callable[[bytes], None]
+_T = TypeVar("_T")
 
 
 @runtime_checkable
@@ -37,6 +44,60 @@ class Tool(Protocol):
     async def call(self, invocation: Invocation) -> ToolOutput:
         """Execute one admitted invocation."""
         ...
+
+
+@runtime_checkable
+class WrappingTool(Protocol):
+    """A decorator that stands in for another tool.
+
+    ``unwrap()`` must return the same inner tool for the wrapper's lifetime and do no I/O.
+    Optional capabilities resolve through the chain, outermost declaration first.
+    """
+
+    def unwrap(self) -> Tool:
+        """Return the next inner tool."""
+        ...
+
+
+@runtime_checkable
+class InputValidatingTool(Protocol):
+    """A tool with admission rules that JSON Schema cannot express.
+
+    ``input_validator()`` is called once, at bind. The returned callable must not retain the
+    executable tool, must be deterministic, bounded, free of side effects and safe for
+    concurrent use, and must neither mutate nor keep its argument. It raises to refuse.
+    ``None`` means the schema is the complete admission contract.
+    """
+
+    def input_validator(self) -> InputValidator | None:
+        """Return the independent validator, or ``None``."""
+        ...
+
+
+def capability(tool: object, protocol: type[_T]) -> _T | None:
+    """Find the outermost node of ``tool``'s wrapping chain that implements ``protocol``.
+
+    Returns ``None`` when a node is ``None`` or a non-wrapper that does not implement it.
+
+    Raises:
+        InvalidWrappingChainError: more than ``MAX_WRAPPING_DEPTH`` wrappers without a match
+            (which is how a cycle ends).
+    """
+    node = tool
+    depth = 0
+    while node is not None:
+        if isinstance(node, protocol):
+            return node
+        if not isinstance(node, WrappingTool):
+            return None
+        if depth == MAX_WRAPPING_DEPTH:
+            raise InvalidWrappingChainError(
+                f"tool: invalid wrapping chain: {type(tool).__name__} exceeds "
+                f"{MAX_WRAPPING_DEPTH} wrappers"
+            )
+        node = node.unwrap()
+        depth += 1
+    return None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

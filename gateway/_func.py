@@ -22,8 +22,7 @@ import pydantic
 import pydantic_core
 
 from gateway import _formats
-from gateway._capability import InputValidator
-from gateway._contract import Invocation, ValueFreeRefusalError
+from gateway._contract import InputValidator, Invocation, ValueFreeRefusalError
 from gateway._definition import ToolDefinition
 from gateway._errors import InvalidToolError, InvalidToolOutputError
 from gateway._output import ToolOutput

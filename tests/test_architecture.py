@@ -26,7 +26,6 @@ from tests.helpers import RecordingValidator, ValidatingTool
 PACKAGE = Path(__file__).resolve().parent.parent / "gateway"
 CORE_MODULES = [
     "_call",
-    "_capability",
     "_contract",
     "_definition",
     "_errors",
@@ -161,6 +160,63 @@ def test_the_core_modules_checked_include_every_module_of_the_tool_core() -> Non
     checked = {path.stem for path in _core_modules()}
 
     assert checked >= set(CORE_MODULES)
+
+
+def _core_import_graph(package: Path) -> dict[str, set[str]]:
+    # Every import counts, those under TYPE_CHECKING too: that is where a cycle hides. A name
+    # imported from the package itself (not one of its modules) depends on ``__init__``.
+    stems = {path.stem for path in package.glob("_*.py")}
+    graph: dict[str, set[str]] = {}
+    for stem in stems:
+        edges: set[str] = set()
+        for name in _imported_modules(package / f"{stem}.py"):
+            parts = name.split(".")
+            if parts[0] != "gateway" or len(parts) < 2:
+                continue
+            if parts[1] in stems:
+                edges.add(parts[1])
+            elif len(parts) == 2 and not (package / parts[1]).is_dir():
+                edges.add("__init__")
+        graph[stem] = edges - {stem}
+    return graph
+
+
+def _import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    cycles: list[list[str]] = []
+    done: set[str] = set()
+
+    def visit(node: str, path: list[str]) -> None:
+        if node in path:
+            cycles.append([*path[path.index(node) :], node])
+            return
+        if node in done:
+            return
+        for target in sorted(graph.get(node, ())):
+            visit(target, [*path, node])
+        done.add(node)
+
+    for node in sorted(graph):
+        visit(node, [])
+    return cycles
+
+
+def test_the_core_has_no_import_cycle() -> None:
+    assert _import_cycles(_core_import_graph(PACKAGE)) == []
+
+
+def test_the_cycle_checker_finds_a_cycle_hidden_under_type_checking(tmp_path: Path) -> None:
+    (tmp_path / "_a.py").write_text("from gateway._b import B\n", encoding="utf-8")
+    (tmp_path / "_b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from gateway._a import A\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "_c.py").write_text("from gateway import Thing\n", encoding="utf-8")
+    (tmp_path / "__init__.py").write_text("from gateway._c import Thing\n", encoding="utf-8")
+
+    assert _import_cycles(_core_import_graph(tmp_path)) == [
+        ["__init__", "_c", "__init__"],
+        ["_a", "_b", "_a"],
+    ]
 
 
 def test_the_import_checker_sees_every_import_form(tmp_path: Path) -> None:
