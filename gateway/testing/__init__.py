@@ -2,19 +2,22 @@
 
 Use these instead of monkeypatching: ``StaticAuthorizer`` and ``RecordingAuthorizer`` for
 the Authorizer protocol, ``RecordingTool`` for Tool, ``FakeClock`` for every ``clock=``
-parameter, ``GatedFsync`` for a file sink's ``sync_file``, and ``OpaServer`` to run a real
+parameter, ``GatedFsync`` for a file sink's ``sync_file``, ``GatedEngine`` for an engine that
+answers only when a test lets it, and ``OpaServer`` to run a real
 ``opa`` binary on loopback.
 """
 
 from gateway.testing._engines import UNDEFINED, StaticEngine
 from gateway.testing._fakes import FakeClock, RecordingAuthorizer, RecordingTool, StaticAuthorizer
 from gateway.testing._fsync import GatedFsync
+from gateway.testing._gated import GatedEngine
 from gateway.testing._live_server import LiveServer
 from gateway.testing._opa_server import OpaContainer, OpaServer, find_opa_binary
 
 __all__ = [
     "UNDEFINED",
     "FakeClock",
+    "GatedEngine",
     "GatedFsync",
     "LiveServer",
     "OpaContainer",
