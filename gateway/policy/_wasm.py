@@ -472,22 +472,15 @@ _SURROGATE_PAIR: Final = re.compile(
 )
 
 
-def _unique_members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    members = dict(pairs)
-    if len(members) != len(pairs):
-        raise ValueError("duplicate member")
-    return members
-
-
 def _no_constant(name: str) -> Any:
     raise ValueError("not a JSON number")
 
 
-#: The reader of a result that is JSON (no sets): exact decimals, no duplicate members. Made
-#: once: building a decoder per result costs more than the reading.
-_RESULT_READER: Final = json.JSONDecoder(
-    object_pairs_hook=_unique_members, parse_float=Decimal, parse_constant=_no_constant
-)
+#: The reader of a result that is JSON (no sets): exact decimals, no NaN or Infinity. Made
+#: once: building a decoder per result costs more than the reading. It takes no hook for
+#: duplicate members (one per object would double the cost): OPA's runtime keeps an object
+#: as a hash table and prints each key once.
+_RESULT_READER: Final = json.JSONDecoder(parse_float=Decimal, parse_constant=_no_constant)
 
 
 def _answer(text: bytes, revision: str) -> EngineAnswer:
@@ -495,11 +488,10 @@ def _answer(text: bytes, revision: str) -> EngineAnswer:
         return EngineAnswer(defined=False, revision=revision)
     value: Any
     try:
-        decoded = text.decode("utf-8")
         # The result set of one entrypoint is {{"result": value}}; its value alone is read
         # first. If the slice is not one JSON value, the whole set takes the full reader.
         if text.startswith(_RESULT_PREFIX) and text.endswith(_RESULT_SUFFIX):
-            inner = decoded[len(_RESULT_PREFIX) : -len(_RESULT_SUFFIX)]
+            inner = text[len(_RESULT_PREFIX) : -len(_RESULT_SUFFIX)].decode("utf-8")
             try:
                 value = _RESULT_READER.decode(inner)
             except (ValueError, RecursionError):
@@ -507,9 +499,9 @@ def _answer(text: bytes, revision: str) -> EngineAnswer:
                 try:
                     value = _rego_value.dump_to_json(inner)
                 except _rego_value.RegoValueError:
-                    value = _single_result(decoded)
+                    value = _single_result(text.decode("utf-8"))
         else:
-            value = _single_result(decoded)
+            value = _single_result(text.decode("utf-8"))
     except (UnicodeDecodeError, _rego_value.RegoValueError) as exc:
         raise EngineError("wasm result is unreadable", detail=str(exc)[:_MAX_DETAIL]) from None
     # A random 128-bit id, as uuid4().hex is, for a fraction of its cost.

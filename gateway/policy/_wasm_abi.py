@@ -14,6 +14,8 @@ import collections
 import ctypes
 import hashlib
 import math
+import re
+import struct
 import threading
 import time
 import weakref
@@ -39,6 +41,10 @@ _BUILTIN_IMPORTS: Final = frozenset(f"opa_builtin{n}" for n in range(5))
 _KNOWN_IMPORTS: Final = _BUILTIN_IMPORTS | {"memory", "opa_abort", "opa_println"}
 _INTERRUPT: Final = ffi.wasmtime_trap_code_enum.WASMTIME_TRAP_CODE_INTERRUPT.value
 _RAW_SIZE: Final = ctypes.sizeof(ffi.wasmtime_val_raw_t)
+#: opa_eval's arguments, each the i32 at the start of one raw value slot, and its result.
+_EVAL_ARGS: Final = struct.Struct("<" + f"i{_RAW_SIZE - 4}x" * 7)
+_RESULT_ARG: Final = struct.Struct("<i")
+_NUL: Final = re.compile(b"\0")
 
 # Integer-only prototypes of the few C functions on the evaluation path: ctypes converts
 # plain ints in a fraction of the time it takes to build and check typed pointers.
@@ -103,6 +109,9 @@ def new_engine() -> wasmtime.Engine:
     """A wasmtime engine whose evaluations can be interrupted by epoch deadlines."""
     config = wasmtime.Config()
     config.epoch_interruption = True
+    # Linear memory grows in place (its reservation covers any 32-bit memory), so an
+    # instance can keep one view of it instead of asking for its address on every call.
+    config.memory_may_move = False
     return wasmtime.Engine(config)
 
 
@@ -248,12 +257,7 @@ class PolicyInstance:
             self._store, wasmtime.MemoryType(wasmtime.Limits(policy.memory_min_pages, max_pages))
         )
         self._memory_at = ctypes.addressof(self._memory._memory)  # noqa: SLF001
-        self._args = (ffi.wasmtime_val_raw_t * 7)()
-        self._args_at = ctypes.addressof(self._args)
-        self._host_args = (ffi.wasmtime_val_raw_t * 2)()
-        self._host_args_at = ctypes.addressof(self._host_args)
-        self._trap = ctypes.c_void_p()
-        self._trap_at = ctypes.addressof(self._trap)
+        self._bind_buffers()
         self._callbacks: list[Any] = []  # the ctypes thunks must outlive the instance
         # Set when a host builtin's own call into the module passed the deadline: the trap
         # the builtin then returns carries no interrupt code of its own.
@@ -300,6 +304,21 @@ class PolicyInstance:
         if self._data_addr == 0:
             raise AbiError("policy data is not valid JSON")
         self._heap = self._call("opa_heap_ptr_get", 0, self._context, self._args_at)
+
+    def _bind_buffers(self) -> None:
+        # One view of linear memory (its base never moves), the argument slots and the
+        # trap slot, all made once: the evaluation path only reads and writes them.
+        self._base: int = _memory_data(self._context, self._memory_at) or 0
+        self._size = 0
+        self._view = memoryview(b"")
+        self._refresh()
+        self._args = (ffi.wasmtime_val_raw_t * 7)()
+        self._args_at = ctypes.addressof(self._args)
+        self._args_view = memoryview(self._args).cast("B")
+        self._host_args = (ffi.wasmtime_val_raw_t * 2)()
+        self._host_args_at = ctypes.addressof(self._host_args)
+        self._trap = ctypes.c_void_p()
+        self._trap_at = ctypes.addressof(self._trap)
 
     # The checks a fresh module gets once, on a probe instance.
     def _check_abi(self, exports: Any) -> None:
@@ -452,37 +471,82 @@ class PolicyInstance:
     def evaluate(self, entrypoint: int, document: bytes, deadline_ticks: int) -> bytes:
         """Run one entrypoint over the input bytes; the result set as Rego text.
 
+        Three C calls: the deadline, ``opa_eval`` and, only when the memory grew, its size.
+        The input goes in and the result comes out through one view of linear memory, whose
+        base never moves (see :func:`new_engine`).
+
         Raises:
             EvaluationTrap: the evaluation trapped (``timed_out`` past the deadline).
         """
         context = self._context
         address = self._heap
         end = address + len(document)
-        size = _memory_size(context, self._memory_at)
-        if end + _PAGE > size:
-            pages = math.ceil((end + _PAGE - size) / _PAGE)
-            try:
-                self._memory.grow(self._store, pages)
-            except wasmtime.WasmtimeError:
-                raise EvaluationTrap("input does not fit the memory limit") from None
-        ctypes.memmove(_memory_data(context, self._memory_at) + address, document, len(document))
+        if end + _PAGE > self._size:
+            self._refresh()
+            if end + _PAGE > self._size:
+                self._grow(end + _PAGE)
+        self._view[address:end] = document
         _set_deadline(context, deadline_ticks)
-        args = self._args
-        args[0].i32 = 0
-        args[1].i32 = entrypoint
-        args[2].i32 = self._data_addr
-        args[3].i32 = address
-        args[4].i32 = len(document)
-        args[5].i32 = end
-        args[6].i32 = _FORMAT_VALUE
+        _EVAL_ARGS.pack_into(
+            self._args_view,
+            0,
+            0,
+            entrypoint,
+            self._data_addr,
+            address,
+            len(document),
+            end,
+            _FORMAT_VALUE,
+        )
         self.builtin_timed_out = False
+        trap = self._trap
+        trap.value = None
+        error = _call_unchecked(context, self._eval_at, self._args_at, 7, self._trap_at)
+        if error or trap.value:
+            self._raise(error)
+        (result,) = _RESULT_ARG.unpack_from(self._args_view)
+        return self._read_string(result)
+
+    def _raise(self, error: int | None) -> None:
+        # A trap a host builtin returned after its own call back into the module passed the
+        # deadline carries no interrupt code: the evaluation timed out all the same.
+        if error:
+            raise EvaluationTrap(
+                _error_message(ctypes.cast(error, _ERROR_POINTER)), timed_out=self.builtin_timed_out
+            )
+        message, timed_out = _trap_message(ctypes.cast(self._trap.value or 0, _TRAP_POINTER))
+        raise EvaluationTrap(message, timed_out=timed_out or self.builtin_timed_out)
+
+    def _refresh(self) -> None:
+        # The memory only grows, in place: a larger size needs only a larger view.
+        size = _memory_size(self._context, self._memory_at)
+        if size != self._size:
+            self._size = size
+            self._view = memoryview((ctypes.c_char * size).from_address(self._base)).cast("B")
+
+    def _grow(self, needed: int) -> None:
+        pages = math.ceil((needed - self._size) / _PAGE)
         try:
-            address = self._raw_call(self._eval_at, 7, context, self._args_at)
-        except EvaluationTrap as exc:
-            if self.builtin_timed_out and not exc.timed_out:
-                raise EvaluationTrap(str(exc), timed_out=True) from None
-            raise
-        return self._string_at(address, context)
+            self._memory.grow(self._store, pages)
+        except wasmtime.WasmtimeError:
+            raise EvaluationTrap("input does not fit the memory limit") from None
+        self._refresh()
+
+    def _read_string(self, address: int) -> bytes:
+        # The address comes from the module: read only inside its memory, up to its NUL.
+        if address <= 0:
+            raise EvaluationTrap("result address outside memory")
+        if address >= self._size:
+            self._refresh()
+            if address >= self._size:
+                raise EvaluationTrap("result address outside memory")
+        found = _NUL.search(self._view, address)
+        if found is None:
+            self._refresh()
+            found = _NUL.search(self._view, address)
+            if found is None:
+                raise EvaluationTrap("result string runs past memory")
+        return self._view[address : found.start()].tobytes()
 
 
 # -- the epoch ------------------------------------------------------------------------------

@@ -6,12 +6,14 @@ Policies are compiled by the real ``opa build -t wasm`` from small directories w
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import dataclasses
 import threading
 from pathlib import Path
 from typing import Final
 
 import pytest
+import wasmtime
 
 from gateway.policy import (
     DecisionCache,
@@ -159,6 +161,27 @@ def test_an_input_larger_than_the_memory_cap_fails_closed(values: Bundle) -> Non
     with pytest.raises(EngineError):
         engine.evaluate_sync("values/echo", big)
     assert engine.evaluate_sync("values/echo", b'{"value": 1}').value == 1
+
+
+@pytest.mark.parametrize("size", [1 << 20, 5 << 20, 3 << 20])
+def test_memory_grown_by_an_evaluation_is_read_whole_by_it_and_the_next(
+    values: Bundle, size: int
+) -> None:
+    engine = EmbeddedEngine(values, memory_limit=64 << 20)
+    # Each input is larger than the memory the last one left; the module grows it again.
+    for text in ("x" * size, "y" * (size // 2), "z"):
+        answer = engine.evaluate_sync("values/text", b'{"text": "' + text.encode() + b'"}')
+        assert answer.value == text
+
+
+def test_linear_memory_grows_in_place() -> None:
+    engine = _wasm_abi.new_engine()
+    store = wasmtime.Store(engine)
+    limits = wasmtime.Limits(1, 1024)
+    memory = wasmtime.Memory(store, wasmtime.MemoryType(limits))
+    base = ctypes.addressof(memory.data_ptr(store).contents)
+    memory.grow(store, 1000)
+    assert ctypes.addressof(memory.data_ptr(store).contents) == base
 
 
 def test_a_module_that_needs_more_memory_than_the_cap_is_refused(values: Bundle) -> None:
