@@ -1,4 +1,4 @@
-"""The OPA server engine: decisions over REST through opa-python-client.
+"""The OPA server engine: decisions over OPA's REST API, with aiohttp or requests.
 
 The decision request carries the input document as exact JSON bytes (numbers are never
 rounded through floats), has one hard deadline, and is never retried: a retry would double
@@ -29,7 +29,7 @@ from typing import Any, Final
 
 import aiohttp
 import requests
-from opa_client import AsyncOpaClient, OpaClient
+import requests.adapters
 
 from gateway import _json
 from gateway.policy._decision import normalize
@@ -48,14 +48,19 @@ DEFAULT_TIMEOUT: Final = 1.0
 DEFAULT_REVISION_INTERVAL: Final = 5.0
 
 
-def _parse_url(url: str) -> tuple[str, int, bool]:
+def _base_url(url: str) -> str:
+    # ``scheme://host:port``, OPA's port 8181 when none is given; every request starts here.
     parsed = urllib.parse.urlsplit(url)
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
         raise ValueError(f"OPA URL must be http(s)://host[:port], got {url!r}")
     if parsed.path not in ("", "/") or parsed.query or parsed.fragment or parsed.username:
         raise ValueError(f"OPA URL must not carry a path, query or credentials: {url!r}")
-    secure = parsed.scheme == "https"
-    return parsed.hostname, parsed.port or (443 if secure else 8181), secure
+    host = f"[{parsed.hostname}]" if ":" in parsed.hostname else parsed.hostname
+    return f"{parsed.scheme}://{host}:{parsed.port or 8181}"
+
+
+def _auth_headers(token: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"} if token else {}
 
 
 # -- I/O-free logic shared by the async and the sync engine --------------------------------
@@ -205,7 +210,7 @@ class OpaRestEngine:
         on_revision_change: Callable[[str], None] | None = None,
         max_decision_age: float | None = None,
     ) -> None:
-        host, port, secure = _parse_url(url)
+        base = _base_url(url)
         if timeout <= 0:
             raise ValueError("timeout must be positive")
         if revision_interval < 0:
@@ -216,19 +221,22 @@ class OpaRestEngine:
         self._provenance = provenance
         self._interval = revision_interval
         self._on_change = on_revision_change
-        self._client = AsyncOpaClient(
-            host=host, port=port, ssl=secure, token=token, retries=0, timeout=timeout
-        )
-        self._root = self._client.root_url
+        self._headers = _auth_headers(token)
+        self._base = base
+        self._root = f"{base}/v1"
+        self._session: aiohttp.ClientSession | None = None
         self._revision = "unknown"
         self._watcher: asyncio.Task[None] | None = None
-        self._opened = False
 
     async def open(self) -> OpaRestEngine:
         """Open the connection pool, read the revision, start the watcher."""
-        if not self._opened:
-            await self._client.__aenter__()
-            self._opened = True
+        if self._session is None:
+            # One pooled keep-alive session. Its total timeout bounds connecting, sending and
+            # reading the whole body: a hard deadline per request. It never retries.
+            self._session = aiohttp.ClientSession(
+                headers=self._headers,
+                timeout=aiohttp.ClientTimeout(total=self._timeout),
+            )
             with contextlib.suppress(PolicyError):
                 await self.refresh_revision()
             if self._interval > 0:
@@ -242,9 +250,9 @@ class OpaRestEngine:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watcher
             self._watcher = None
-        if self._opened:
-            await self._client.close_connection()
-            self._opened = False
+        if self._session is not None:
+            session, self._session = self._session, None
+            await session.close()
 
     async def __aenter__(self) -> OpaRestEngine:
         return await self.open()
@@ -275,13 +283,9 @@ class OpaRestEngine:
         return await self._send("GET", url, None)
 
     async def _send(self, method: str, url: str, body: bytes | None) -> tuple[int, bytes]:
-        if not self._opened:
+        session = self._session
+        if session is None:
             raise EngineUnavailableError("engine is not open")
-        # The client's pooled keep-alive session, used directly: one request, never retried
-        # (its retrying helper would add a generator frame and a loop to every decision).
-        # The session's total timeout (the client's ``timeout``) bounds connecting, sending
-        # and reading the whole body: a hard deadline per request.
-        session = self._client._session  # noqa: SLF001 - the client owns the pool
         headers = _JSON_HEADERS if body is not None else None
         with _translate(self._timeout):
             async with session.request(method, url, data=body, headers=headers) as response:
@@ -317,7 +321,7 @@ class OpaRestEngine:
     async def healthy(self) -> bool:
         """Whether OPA answers ``/health`` with 200 (plugins ready included)."""
         try:
-            status, _ = await self._get(f"{self._url}/health")
+            status, _ = await self._get(f"{self._base}/health")
         except PolicyError:
             return False
         return status == 200
@@ -391,22 +395,26 @@ class OpaRestEngineSync:
         provenance: bool = False,
         max_decision_age: float | None = None,
     ) -> None:
-        host, port, secure = _parse_url(url)
+        base = _base_url(url)
         if timeout <= 0:
             raise ValueError("timeout must be positive")
         self._max_decision_age = _decision_age(max_decision_age, 0.0, timeout)
         self._url = url.rstrip("/")
         self._timeout = timeout
         self._provenance = provenance
-        self._client = OpaClient(
-            host=host, port=port, ssl=secure, token=token, retries=0, timeout=timeout
-        )
-        self._root = self._client.root_url
+        self._base = base
+        self._root = f"{base}/v1"
+        # One pooled keep-alive session; no request is ever retried.
+        self._session = requests.Session()
+        self._session.headers.update(_auth_headers(token))
+        adapter = requests.adapters.HTTPAdapter(max_retries=0)
+        self._session.mount("http://", adapter)
+        self._session.mount("https://", adapter)
         self._revision = "unknown"
 
     def close(self) -> None:
         """Close the connection pool."""
-        self._client.close_connection()
+        self._session.close()
 
     def __enter__(self) -> OpaRestEngineSync:
         return self
@@ -433,24 +441,25 @@ class OpaRestEngineSync:
         # the deadline checked between chunks, so a server that drips bytes cannot hold a
         # decision past the deadline by more than one read.
         deadline = time.monotonic() + self._timeout
-        with _translate(self._timeout):
-            session = self._client._session  # noqa: SLF001 - the client's pooled session
-            with session.request(
+        with (
+            _translate(self._timeout),
+            self._session.request(
                 method,
                 url,
                 data=body,
                 headers=_JSON_HEADERS if body is not None else None,
                 timeout=self._timeout,
                 stream=True,
-            ) as response:
-                chunks = []
-                for chunk in response.iter_content(chunk_size=65536):
-                    if time.monotonic() > deadline:
-                        raise EngineTimeoutError(f"OPA did not answer within {self._timeout} s")
-                    chunks.append(chunk)
+            ) as response,
+        ):
+            chunks = []
+            for chunk in response.iter_content(chunk_size=65536):
                 if time.monotonic() > deadline:
                     raise EngineTimeoutError(f"OPA did not answer within {self._timeout} s")
-                return response.status_code, b"".join(chunks)
+                chunks.append(chunk)
+            if time.monotonic() > deadline:
+                raise EngineTimeoutError(f"OPA did not answer within {self._timeout} s")
+            return response.status_code, b"".join(chunks)
 
     def evaluate_sync(self, path: str, document: InputDocument) -> EngineAnswer:
         """POST the input document and read the answer, blocking."""
@@ -476,7 +485,7 @@ class OpaRestEngineSync:
     def healthy(self) -> bool:
         """Whether OPA answers ``/health`` with 200."""
         try:
-            status, _ = self._request("GET", f"{self._url}/health")
+            status, _ = self._request("GET", f"{self._base}/health")
         except PolicyError:
             return False
         return status == 200

@@ -12,8 +12,8 @@ import json
 import socket
 import struct
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Final
 
@@ -65,6 +65,8 @@ class Request:
     method: str
     target: str
     body: bytes
+    #: Header names in lower case.
+    headers: Mapping[str, str] = field(default_factory=dict)
 
 
 #: Answers one decision request; returns whether the connection stays open (keep-alive).
@@ -78,13 +80,14 @@ async def _read_request(reader: asyncio.StreamReader) -> Request | None:
         return None  # the client closed the connection
     lines = head.decode("latin-1").split("\r\n")
     method, target, _ = lines[0].split(" ", 2)
-    length = 0
+    headers = {}
     for line in lines[1:]:
         name, _, value = line.partition(":")
-        if name.strip().lower() == "content-length":
-            length = int(value)
+        if name.strip():
+            headers[name.strip().lower()] = value.strip()
+    length = int(headers.get("content-length", "0"))
     body = await reader.readexactly(length) if length else b""
-    return Request(method, target, body)
+    return Request(method, target, body, headers)
 
 
 def _head(status: int, length: int) -> bytes:
@@ -176,6 +179,8 @@ class MisbehavingOpa:
         self._behaviours: Sequence[Behaviour] = behaviours or (answer(200, b'{"result":true}'),)
         self.connections = 0
         self.decisions: list[Request] = []
+        #: Every request, decisions, revision reads and health checks alike.
+        self.requests: list[Request] = []
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[None]] = set()
         self._writers: set[asyncio.StreamWriter] = set()
@@ -215,6 +220,7 @@ class MisbehavingOpa:
         self.connections += 1
         try:
             while (request := await _read_request(reader)) is not None:
+                self.requests.append(request)
                 if request.method != "POST":
                     await _respond(writer, 200, _GET_ANSWERS.get(request.target, b"{}"))
                     continue
@@ -475,6 +481,71 @@ async def test_request_carries_the_input_document_exactly() -> None:
     sent = json.loads(request.body)
     assert sent["input"]["context"] == {"roles": ["a", "b"], "subject": "alice"}
     assert sent["input"]["tool"]["name"] == "big"
+
+
+#: Health, decision and both revision reads: every kind of request an engine sends.
+EVERY_TARGET: Final = ["/health", f"/v1/data/{DECISION}", "/v1/data/system/bundles", "/v1/policies"]
+
+
+async def test_the_bearer_token_goes_with_every_request_of_the_async_engine() -> None:
+    async with MisbehavingOpa() as server:
+        async with OpaRestEngine(
+            server.url,
+            token="tok-1",  # noqa: S106 - a test credential
+            revision_interval=0,
+        ) as engine:
+            await engine.evaluate(DECISION, InputDocument(authorization()))
+            assert await engine.healthy() is True
+        targets = sorted({request.target for request in server.requests})
+        tokens = {request.headers.get("authorization") for request in server.requests}
+    assert targets == EVERY_TARGET
+    assert tokens == {"Bearer tok-1"}
+
+
+async def test_the_bearer_token_goes_with_every_request_of_the_sync_engine() -> None:
+    async with MisbehavingOpa() as server:
+        with OpaRestEngineSync(server.url, token="tok-2") as engine:  # noqa: S106 - test credential
+
+            def use() -> None:
+                engine.refresh_revision()
+                engine.evaluate_sync(DECISION, InputDocument(authorization()))
+                assert engine.healthy() is True
+
+            await asyncio.to_thread(use)
+        targets = sorted({request.target for request in server.requests})
+        tokens = {request.headers.get("authorization") for request in server.requests}
+    assert targets == EVERY_TARGET
+    assert tokens == {"Bearer tok-2"}
+
+
+async def test_without_a_token_no_authorization_header_is_sent() -> None:
+    async with MisbehavingOpa() as server:
+        async with engine_for(server.url) as engine:
+            await engine.evaluate(DECISION, InputDocument(authorization()))
+        with OpaRestEngineSync(server.url) as sync_engine:
+            await asyncio.to_thread(
+                sync_engine.evaluate_sync, DECISION, InputDocument(authorization())
+            )
+        headers = [request.headers for request in server.requests]
+    assert len(headers) == 4
+    assert [name for each in headers for name in each if name == "authorization"] == []
+
+
+@pytest.mark.parametrize(
+    ("url", "base"),
+    [
+        pytest.param("http://opa.internal", "http://opa.internal:8181", id="no-port"),
+        pytest.param("https://opa.internal/", "https://opa.internal:8181", id="https-no-port"),
+        pytest.param("http://127.0.0.1:9191", "http://127.0.0.1:9191", id="port"),
+        pytest.param("http://[::1]:9191", "http://[::1]:9191", id="ipv6"),
+        pytest.param("http://[::1]", "http://[::1]:8181", id="ipv6-no-port"),
+    ],
+)
+def test_decisions_and_health_checks_go_to_one_base_url(url: str, base: str) -> None:
+    engines = (OpaRestEngine(url, revision_interval=0), OpaRestEngineSync(url))
+
+    assert [engine._base for engine in engines] == [base, base]
+    assert [engine._root for engine in engines] == [f"{base}/v1", f"{base}/v1"]
 
 
 # -- the sync engine against a real OPA --------------------------------------------------------
