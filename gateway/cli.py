@@ -15,7 +15,6 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from gateway import _json
 from gateway._authorization import Authorization
@@ -25,15 +24,17 @@ from gateway._errors import GatewayError, InvalidInvocationError
 from gateway._registry import Registry
 from gateway.audit import VerifyResult, head_path, trail_exists, trail_files, verify, verify_trail
 from gateway.policy import (
+    GATE_PATH,
     CallerContext,
+    EmbeddedEngine,
     OpaRestEngine,
     PolicyAuthorizer,
     PolicyError,
     caller_context,
     check_policy_coverage,
     read_bundle,
-    read_policy_data,
 )
+from gateway.replay._cli import add_replay_command
 from gateway.server import (
     ConfigError,
     build_engine,
@@ -259,27 +260,31 @@ def _mcp(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _gate_inputs(args: argparse.Namespace) -> tuple[list[ToolDefinition], dict[str, Any]]:
+def _gate_engine(args: argparse.Namespace) -> tuple[list[ToolDefinition], EmbeddedEngine]:
     config = load_config(args.config)
     folder = Path(args.policies) if args.policies else config.engine.policies
+    definitions = Registry(*expand(load_tools(config))).definitions()
     if folder is not None:
-        data = read_policy_data(folder)
+        if not folder.is_dir():
+            raise _UsageError(f"{folder} is not a policy folder")
+        engine = EmbeddedEngine.from_directory(
+            folder, entrypoints=(GATE_PATH,), opa_binary=config.engine.opa_binary
+        )
     elif config.engine.bundle is not None:
-        data = _json.parse_trusted(read_bundle(config.engine.bundle).data)
+        engine = EmbeddedEngine(read_bundle(config.engine.bundle))
     else:
         raise _UsageError("the engine is an OPA server: name its policy folder with --policies")
-    if not isinstance(data, dict):
-        raise _UsageError("the policy data is not an object")
-    return Registry(*expand(load_tools(config))).definitions(), data
+    return definitions, engine
 
 
 def _gate(args: argparse.Namespace) -> int:
     try:
-        definitions, data = _gate_inputs(args)
+        definitions, engine = _gate_engine(args)
+        with engine:
+            problems = check_policy_coverage(definitions, engine)
     except (ConfigError, _UsageError, GatewayError) as exc:
         print(f"gateway gate: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    problems = check_policy_coverage(definitions, data)
     for problem in problems:
         print(f"{problem.severity}: {problem.tool}: {problem.problem}")
     errors = sum(1 for problem in problems if problem.severity == "error")
@@ -338,12 +343,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     gate = commands.add_parser(
         "gate",
-        help="check that every served tool can be decided by the policy data",
-        description="The policy gate: exit 1 when a served tool would always be denied "
-        "(no settings, no role, an argument the schema lacks); warnings do not fail.",
+        help="check that every served tool can be decided by the policy",
+        description="The policy gate: the policy's own gate rule (gateway/authz/gate/problems) "
+        "over the served tools; exit 1 when a served tool would always be denied (no "
+        "settings, no role, an argument the schema lacks); warnings do not fail. A policy "
+        "folder is compiled with opa (engine.opa_binary, $OPA_BIN or PATH); a bundle must "
+        "have the gate entrypoint.",
     )
     gate.add_argument("--config", required=True, help="the service's TOML configuration")
-    gate.add_argument("--policies", help="policy folder (default: engine.policies)")
+    gate.add_argument(
+        "--policies", help="policy folder (default: engine.policies, else engine.bundle)"
+    )
     gate.set_defaults(handler=_gate)
 
     serve = commands.add_parser(
@@ -369,6 +379,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-level", default="warning", choices=["debug", "info", "warning", "error"]
     )
     mcp.set_defaults(handler=_mcp)
+
+    add_replay_command(commands)
     return parser
 
 

@@ -47,7 +47,12 @@ from gateway.policy._errors import (
     UndefinedDecisionError,
 )
 from gateway.policy._facts import FACTS_VERSION, SQL_MEDIA_TYPE, facts_json, sql_locations
-from gateway.policy._gate import GateProblem, check_policy_coverage
+from gateway.policy._gate import (
+    GATE_PATH,
+    GateError,
+    GateProblem,
+    check_policy_coverage,
+)
 from gateway.policy._paths import PathView
 from gateway.policy._rest import OpaRestEngine, OpaRestEngineSync
 from gateway.policy._sql_facts import MAX_SQL_LENGTH, sql_facts
@@ -74,6 +79,8 @@ __all__ = [
     "EngineError",
     "EngineTimeoutError",
     "EngineUnavailableError",
+    "GATE_PATH",
+    "GateError",
     "GateProblem",
     "InputDocument",
     "InvalidContextError",

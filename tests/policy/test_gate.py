@@ -2,28 +2,85 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import shutil
+import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
 import pytest
 
-from gateway import Authorization, ToolDefinition
+from gateway import Authorization, ToolDefinition, function_tool
+from gateway.cli import main as cli_main
 from gateway.policy import (
     EmbeddedEngine,
     PolicyAuthorizer,
     caller_context,
     read_policy_data,
 )
-from gateway.policy._gate import GateProblem, Severity, check_policy_coverage
+from gateway.policy._bundle import digest_revision
+from gateway.policy._gate import (
+    GATE_PATH,
+    GateError,
+    GateProblem,
+    Severity,
+    check_policy_coverage,
+)
+from tests.policy.conftest import DECISION, provisioned_opa
 from tests.policy.differential_corpus import EXAMPLE_DEFINITIONS, GOOD_ARGUMENTS
-from tests.policy.wasm_support import shipped_engine
+from tests.policy.wasm_support import built_bundle, shipped_engine
 
 POLICY_DIR: Final = Path(__file__).resolve().parents[2] / "policies"
 STRING: Final = {"type": "string"}
 SQL: Final = {"type": "string", "contentMediaType": "application/sql"}
 NUMBER: Final = {"type": "number"}
+
+
+def gate_engine(document: Any = None) -> EmbeddedEngine:
+    """The shipped policies compiled with the gate entrypoint, serving ``document`` as data."""
+    bundle = built_bundle(provisioned_opa(), str(POLICY_DIR), (DECISION, GATE_PATH))
+    if document is not None:
+        encoded = json.dumps(document, separators=(",", ":")).encode()
+        bundle = dataclasses.replace(
+            bundle, data=encoded, revision=digest_revision(bundle.wasm, encoded)
+        )
+    return EmbeddedEngine(bundle)
+
+
+def gate(definitions: Sequence[ToolDefinition], document: Any = None) -> list[GateProblem]:
+    """The policy gate's problems for ``definitions`` against ``document`` (default: shipped)."""
+    with gate_engine(document) as engine:
+        return check_policy_coverage(definitions, engine)
+
+
+def assert_problems(
+    definitions: Sequence[ToolDefinition], problems: list[GateProblem], expected: Expected
+) -> None:
+    """Each problem matches exactly one expected (tool, severity, fragment).
+
+    The problems come per served tool in the order served, then unserved tools by name,
+    and each tool's errors before its warnings.
+    """
+    served = list(dict.fromkeys(d.name for d in definitions))
+
+    def rank(problem: GateProblem) -> tuple[int, str, int]:
+        position = served.index(problem.tool) if problem.tool in served else len(served)
+        return position, problem.tool, problem.severity != "error"
+
+    assert problems == sorted(problems, key=rank), problems
+    unmatched = list(problems)
+    for name, severity, fragment in expected:
+        found = [
+            p
+            for p in unmatched
+            if (p.tool, p.severity) == (name, severity) and fragment in p.problem
+        ]
+        assert found, (name, severity, fragment, problems)
+        unmatched.remove(found[0])
+    assert unmatched == [], unmatched
 
 
 def tool(
@@ -102,12 +159,12 @@ CASES: Final[dict[str, tuple[list[ToolDefinition], dict[str, Any], Expected]]] =
     "unknown_kind": (
         [tool("add")],
         data({"add": {"kind": "GENERIC", "url_args": ["x"]}}),
-        [("add", "error", "kind 'GENERIC' is not one of")],
+        [("add", "error", 'kind "GENERIC" is not one of')],
     ),
     "missing_kind": (
         [tool("add")],
         data({"add": {}}),
-        [("add", "error", "kind None is not one of")],
+        [("add", "error", "kind null is not one of")],
     ),
     "unhashable_kind": (
         [tool("add")],
@@ -130,32 +187,32 @@ CASES: Final[dict[str, tuple[list[ToolDefinition], dict[str, Any], Expected]]] =
     "path_arg_not_in_schema": (
         [tool("read", {"path": STRING})],
         data({"read": {"kind": "filesystem", "path_args": ["file"], "roots": ["/srv/"]}}),
-        [("read", "error", "setting path_args names argument 'file', which is not a property")],
+        [("read", "error", 'setting path_args names argument "file", which is not a property')],
     ),
     "url_arg_not_in_schema": (
         [tool("fetch", {"url": STRING})],
         data({"fetch": {"kind": "url", "url_args": ["href"]}}),
-        [("fetch", "error", "setting url_args names argument 'href'")],
+        [("fetch", "error", 'setting url_args names argument "href"')],
     ),
     "sql_arg_not_in_schema": (
         [tool("query", {"sql": STRING})],
         data({"query": {"kind": "sql", "sql_args": ["query"]}}),
-        [("query", "error", "setting sql_args names argument 'query'")],
+        [("query", "error", 'setting sql_args names argument "query"')],
     ),
     "command_arg_not_in_schema": (
         [tool("run", {"command": STRING})],
         data({"run": {"kind": "exec", "command_arg": "cmd"}}),
-        [("run", "error", "setting command_arg names argument 'cmd'")],
+        [("run", "error", 'setting command_arg names argument "cmd"')],
     ),
     "args_arg_not_in_schema": (
         [tool("run", {"command": STRING})],
         data({"run": {"kind": "exec", "command_arg": "command", "args_arg": "args"}}),
-        [("run", "error", "setting args_arg names argument 'args'")],
+        [("run", "error", 'setting args_arg names argument "args"')],
     ),
     "tenant_arg_not_in_schema": (
         [tool("note", {"text": STRING})],
         data({"note": {"kind": "generic", "tenant_args": ["tenant"]}}),
-        [("note", "error", "setting tenant_args names argument 'tenant'")],
+        [("note", "error", 'setting tenant_args names argument "tenant"')],
     ),
     "resource_arg_not_in_schema": (
         [tool("pay", {"amount": NUMBER})],
@@ -168,17 +225,17 @@ CASES: Final[dict[str, tuple[list[ToolDefinition], dict[str, Any], Expected]]] =
                 }
             }
         ),
-        [("pay", "error", "setting resource_args names argument 'from_account'")],
+        [("pay", "error", 'setting resource_args names argument "from_account"')],
     ),
     "limit_arg_not_in_schema": (
         [tool("pay", {"amount": NUMBER})],
         data({"pay": {"kind": "payment", "limits": [{"arg": "value", "limit": "amount"}]}}),
-        [("pay", "error", "setting limits names argument 'value'")],
+        [("pay", "error", 'setting limits names argument "value"')],
     ),
     "argument_not_required": (
         [tool("read", {"path": STRING}, required=[])],
         data({"read": {"kind": "filesystem", "path_args": ["path"], "roots": ["/srv/"]}}),
-        [("read", "warning", "argument 'path' (setting path_args) is not required")],
+        [("read", "warning", 'argument "path" (setting path_args) is not required')],
     ),
     "optional_args_arg_is_fine": (
         [tool("run", {"command": STRING, "args": {"type": "array"}}, required=["command"])],
@@ -194,8 +251,8 @@ CASES: Final[dict[str, tuple[list[ToolDefinition], dict[str, Any], Expected]]] =
             }
         ),
         [
-            ("pay", "error", "argument 'amount', whose schema type (string) is not"),
-            ("read", "error", "argument 'path', whose schema type (integer, null) is not string"),
+            ("pay", "error", 'argument "amount", whose schema type (string) is not'),
+            ("read", "error", 'argument "path", whose schema type (integer, null) is not string'),
         ],
     ),
     "argument_that_can_never_be_given": (
@@ -218,8 +275,8 @@ CASES: Final[dict[str, tuple[list[ToolDefinition], dict[str, Any], Expected]]] =
         ],
         data({"q": {"kind": "sql", "sql_args": ["sql"], "resource_args": {"db": "accounts"}}}),
         [
-            ("q", "warning", "argument 'sql' (setting sql_args) is not required"),
-            ("q", "warning", "argument 'db' (setting resource_args) is not required"),
+            ("q", "warning", 'argument "sql" (setting sql_args) is not required'),
+            ("q", "warning", 'argument "db" (setting resource_args) is not required'),
         ],
     ),
     "sql_arg_not_marked_as_sql": (
@@ -230,7 +287,7 @@ CASES: Final[dict[str, tuple[list[ToolDefinition], dict[str, Any], Expected]]] =
     "sql_arg_marked_with_another_media_type": (
         [tool("query", {"q": {"type": "string", "contentMediaType": "text/plain"}})],
         data({"query": {"kind": "sql", "sql_args": ["q"]}}),
-        [("query", "error", "no parser facts")],
+        [("query", "error", "the gateway gives the policy no sql facts")],
     ),
     "sql_arg_marked_through_a_ref": (
         [
@@ -264,12 +321,12 @@ CASES: Final[dict[str, tuple[list[ToolDefinition], dict[str, Any], Expected]]] =
             }
         ),
         [
-            ("read", "error", "kind 'filesystem' requires setting path_args"),
+            ("read", "error", 'kind "filesystem" requires setting path_args'),
             ("read", "error", "setting roots holds no absolute directory"),
-            ("fetch", "error", "kind 'url' requires setting url_args"),
+            ("fetch", "error", 'kind "url" requires setting url_args'),
             ("query", "error", "setting sql_args is empty"),
-            ("run", "error", "kind 'exec' requires setting command_arg"),
-            ("pay", "error", "kind 'payment' requires setting limits"),
+            ("run", "error", 'kind "exec" requires setting command_arg'),
+            ("pay", "error", 'kind "payment" requires setting limits'),
         ],
     ),
     "malformed_name_settings": (
@@ -301,7 +358,7 @@ CASES: Final[dict[str, tuple[list[ToolDefinition], dict[str, Any], Expected]]] =
         ),
         [
             ("a", "error", "setting resource_args is not an object"),
-            ("b", "error", "resource kind 'databases', which data.gateway.config.resources"),
+            ("b", "error", 'resource kind "databases", which data.gateway.config.resources'),
         ],
     ),
     "malformed_limits": (
@@ -332,7 +389,7 @@ CASES: Final[dict[str, tuple[list[ToolDefinition], dict[str, Any], Expected]]] =
             {"pay": {"kind": "payment", "limits": [{"arg": "amount", "limit": "amount"}]}},
             roles={"user": {"tools": ["pay"], "limits": {"amount": "100"}}},
         ),
-        [("pay", "error", "limit 'amount' (argument 'amount') is defined by no role:")],
+        [("pay", "error", 'limit "amount" (argument "amount") is defined by no role:')],
     ),
     "limit_defined_only_by_a_role_that_does_not_grant": (
         [tool("pay", {"amount": NUMBER})],
@@ -346,8 +403,8 @@ CASES: Final[dict[str, tuple[list[ToolDefinition], dict[str, Any], Expected]]] =
         [tool("add", {"url": STRING, "cmd": STRING})],
         data({"add": {"kind": "generic", "url_args": ["url"], "command_arg": "cmd"}}),
         [
-            ("add", "warning", "setting url_args is ignored for kind 'generic'"),
-            ("add", "warning", "setting command_arg is ignored for kind 'generic'"),
+            ("add", "warning", 'setting url_args is ignored for kind "generic"'),
+            ("add", "warning", 'setting command_arg is ignored for kind "generic"'),
         ],
     ),
     "all_of_schema": (
@@ -383,11 +440,7 @@ CASES: Final[dict[str, tuple[list[ToolDefinition], dict[str, Any], Expected]]] =
 def test_gate(
     definitions: list[ToolDefinition], document: dict[str, Any], expected: Expected
 ) -> None:
-    problems = check_policy_coverage(definitions, document)
-    got = [(p.tool, p.severity) for p in problems]
-    assert got == [(name, severity) for name, severity, _ in expected], problems
-    for problem, (_, _, fragment) in zip(problems, expected, strict=True):
-        assert fragment in problem.problem
+    assert_problems(definitions, gate(definitions, document), expected)
 
 
 def test_problems_are_frozen_and_default_to_errors() -> None:
@@ -398,10 +451,7 @@ def test_problems_are_frozen_and_default_to_errors() -> None:
 
 
 def test_the_shipped_data_covers_the_example_tools() -> None:
-    shipped = json.loads((POLICY_DIR / "data.json").read_bytes())
-    problems = check_policy_coverage(EXAMPLE_DEFINITIONS.values(), shipped)
-    assert [p for p in problems if p.severity == "error"] == []
-    assert problems == []
+    assert gate(list(EXAMPLE_DEFINITIONS.values())) == []
 
 
 # -- what the gate promises, checked on the real policies -----------------------------------
@@ -455,7 +505,7 @@ async def test_an_sql_argument_without_the_marker_fails_the_gate_and_every_call_
     unmarked = ToolDefinition(marked.name, schema, marked.description)
     definitions = [d for d in EXAMPLE_DEFINITIONS.values() if d.name != "query_db"] + [unmarked]
 
-    problems = check_policy_coverage(definitions, read_policy_data(POLICY_DIR))
+    problems = gate(definitions)
 
     assert [(p.tool, p.severity) for p in problems] == [("query_db", "error")]
     arguments = json.dumps(GOOD_ARGUMENTS["query_db"]).encode()
@@ -471,6 +521,213 @@ async def test_an_sql_argument_without_the_marker_fails_the_gate_and_every_call_
 async def test_a_gate_error_means_every_call_is_denied(name: str, setting: str, value: Any) -> None:
     broken = read_policy_data(POLICY_DIR)
     broken["gateway"]["config"]["tools"][name][setting] = value
-    problems = check_policy_coverage(EXAMPLE_DEFINITIONS.values(), broken)
+    problems = gate(list(EXAMPLE_DEFINITIONS.values()), broken)
     assert [p.tool for p in problems if p.severity == "error"] == [name]
     assert not await _allowed(shipped_engine(broken), name, OWNERS[name])
+
+
+# -- a kind added the way policies/README.md says, with no change outside policies/ ------
+
+
+def open_ticket(queue: str, text: str) -> str:
+    """A tool of a kind the shipped library does not have: it files a ticket in a queue."""
+    return f"{queue}: {text}"
+
+
+TICKET_TOOLS: Final = [function_tool(open_ticket)]
+EXAMPLES: Final = POLICY_DIR.parent / "examples"
+
+TICKETS_REGO: Final = """\
+# METADATA
+# title: Ticket queues
+# description: For tools of kind "ticket", every queue argument must be a listed queue.
+package gateway.authz.tickets
+
+import data.gateway.authz.lib.arguments
+import data.gateway.authz.lib.denial
+import data.gateway.authz.lib.setting
+import data.gateway.authz.lib.string_list
+import data.gateway.authz.lib.tool
+
+module := "tickets"
+
+applies if tool.kind == "ticket"
+
+queue_args := string_list(setting("queue_args", []))
+
+queues := {q | some q in string_list(setting("queues", []))}
+
+gate_settings := {"queue_args": {"names": "list", "types": ["string"], "required": true}}
+
+deny contains denial(module, "the queue is not allowed", "queue not listed") if {
+\tsome name in queue_args
+\tnot arguments[name] in queues
+}
+"""
+
+TICKETS_TEST_REGO: Final = """\
+package gateway.authz.tickets_test
+
+import data.gateway.authz.fixtures_test as fx
+
+test_ticket_allowed if {
+\tfx.allowed(fx.as_role("reader", "open_ticket", {"queue": "support", "text": "hi"}))
+}
+
+test_ticket_other_queue_denied if {
+\td := fx.as_role("reader", "open_ticket", {"queue": "payroll", "text": "hi"})
+\tfx.has_message(d, "the queue is not allowed")
+}
+"""
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert text.count(old) == 1, (path, old)
+    path.write_text(text.replace(old, new), encoding="utf-8")
+
+
+def add_ticket_kind(root: Path, queue_args: list[str]) -> None:
+    """policies/README.md, "Adding a tool" step 6 and steps 2-4, done on a copy."""
+    authz = root / "gateway" / "authz"
+    (authz / "tickets.rego").write_text(TICKETS_REGO, encoding="utf-8")
+    (authz / "tickets_test.rego").write_text(TICKETS_TEST_REGO, encoding="utf-8")
+    _edit(
+        authz / "main.rego",
+        "} else := set()\n\ndenials :=",
+        '} else := data.gateway.authz.tickets.deny if {\n\ttool.kind == "ticket"\n'
+        "} else := set()\n\ndenials :=",
+    )
+    _edit(authz / "main_test.rego", ") | exec.deny\n", ") | exec.deny) | tickets.deny\n")
+    _edit(authz / "main_test.rego", "all_argument_denials := ", "all_argument_denials := (")
+    _edit(
+        authz / "main_test.rego",
+        "import data.gateway.authz.tenancy\n",
+        "import data.gateway.authz.tenancy\nimport data.gateway.authz.tickets\n",
+    )
+    _edit(authz / "rbac.rego", '"generic"}', '"generic", "ticket"}')
+    _edit(
+        authz / "gate.rego",
+        '\t"tenancy": {',
+        '\t"tickets": {"kind": "ticket", "settings": data.gateway.authz.tickets.gate_settings, '
+        '"problems": set()},\n\t"tenancy": {',
+    )
+    document = json.loads((root / "data.json").read_bytes())
+    config = document["gateway"]["config"]
+    config["tools"]["open_ticket"] = {
+        "kind": "ticket",
+        "queue_args": queue_args,
+        "queues": ["support"],
+    }
+    config["roles"]["reader"]["tools"].append("open_ticket")
+    (root / "data.json").write_text(json.dumps(document, indent=2), encoding="utf-8")
+
+
+@pytest.fixture
+def ticket_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The example tools and open_ticket; the gate compiles with the real opa."""
+    monkeypatch.setattr(sys, "path", [*sys.path, str(EXAMPLES)])
+    monkeypatch.setenv("OPA_BIN", provisioned_opa())
+    path = tmp_path / "gateway.toml"
+    path.write_text(
+        '[engine]\nkind = "opa"\nurl = "http://127.0.0.1:1"\n\n[audit]\nenabled = false\n\n'
+        f'[[auth.api_keys]]\nsha256 = "{"0" * 64}"\ncontext = {{ subject = "alice" }}\n\n'
+        '[tools]\nmodules = ["example_tools:TOOLS", "tests.policy.test_gate:TICKET_TOOLS"]\n',
+        encoding="utf-8",
+    )
+    return path
+
+
+def _copy_policies(tmp_path: Path) -> Path:
+    root = tmp_path / "policies"
+    shutil.copytree(POLICY_DIR, root, ignore=shutil.ignore_patterns("check.sh", "README.md"))
+    return root
+
+
+def test_a_kind_added_as_the_policy_readme_says_passes_the_gate_with_no_change_outside_policies(
+    tmp_path: Path, ticket_config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = _copy_policies(tmp_path)
+    add_ticket_kind(root, ["queue"])
+    tested = subprocess.run(
+        [provisioned_opa(), "test", str(root)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+
+    status = cli_main(["gate", "--config", str(ticket_config), "--policies", str(root)])
+
+    out, err = capsys.readouterr()
+    assert status == 0, out + err
+    # The examples serve neither write_file nor run_command: those two warnings only.
+    assert [line for line in out.splitlines() if "open_ticket" in line or "error" in line] == [
+        "7 tools checked: 0 error(s), 2 warning(s)"
+    ]
+
+
+def test_the_gate_checks_an_added_kind_by_the_settings_its_module_declares(
+    tmp_path: Path, ticket_config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = _copy_policies(tmp_path)
+    add_ticket_kind(root, ["queue_name"])
+
+    status = cli_main(["gate", "--config", str(ticket_config), "--policies", str(root)])
+
+    out, err = capsys.readouterr()
+    assert status == 1, out + err
+    assert [line for line in out.splitlines() if "open_ticket" in line or "error" in line] == [
+        'error: open_ticket: setting queue_args names argument "queue_name", which is not a '
+        "property of the input schema: every call is denied",
+        "7 tools checked: 1 error(s), 2 warning(s)",
+    ]
+
+
+# -- the gate fails closed on a policy that gives it no usable answer --------------------
+
+MALFORMED_ANSWERS: Final = {
+    "not_a_set": '"nothing is wrong"',
+    "a_member_not_an_object": '{"error"}',
+    "a_member_without_severity": '{{"tool": "add", "problem": "x"}}',
+    "an_unknown_severity": '{{"tool": "add", "severity": "fatal", "problem": "x"}}',
+    "an_extra_member": '{{"tool": "add", "severity": "error", "problem": "x", "more": 1}}',
+    "a_tool_not_a_string": '{{"tool": 1, "severity": "error", "problem": "x"}}',
+}
+
+
+@pytest.mark.parametrize("answer", MALFORMED_ANSWERS.values(), ids=MALFORMED_ANSWERS)
+def test_a_malformed_gate_answer_is_a_gate_error_not_a_pass(tmp_path: Path, answer: str) -> None:
+    (tmp_path / "gate.rego").write_text(
+        f"package gateway.authz.gate\n\nproblems := {answer}\n", encoding="utf-8"
+    )
+    engine = EmbeddedEngine.from_directory(
+        tmp_path, entrypoints=(GATE_PATH,), opa_binary=provisioned_opa()
+    )
+    with engine, pytest.raises(GateError):
+        check_policy_coverage([tool("add")], engine)
+
+
+def test_an_undefined_gate_answer_is_a_gate_error(tmp_path: Path) -> None:
+    (tmp_path / "gate.rego").write_text(
+        'package gateway.authz.gate\n\nproblems := [] if input.never == "set"\n',
+        encoding="utf-8",
+    )
+    engine = EmbeddedEngine.from_directory(
+        tmp_path, entrypoints=(GATE_PATH,), opa_binary=provisioned_opa()
+    )
+    with engine, pytest.raises(GateError, match="undefined"):
+        check_policy_coverage([tool("add")], engine)
+
+
+def test_a_bundle_without_the_gate_entrypoint_is_a_gate_error_naming_it() -> None:
+    with shipped_engine() as engine, pytest.raises(GateError, match=GATE_PATH):
+        check_policy_coverage([tool("add")], engine)
+
+
+def test_the_committed_bundle_answers_the_gate() -> None:
+    engine = EmbeddedEngine.from_bundle(POLICY_DIR.parent / "bundles" / "policies.tar.gz")
+    with engine:
+        assert GATE_PATH in engine.entrypoints
+        assert check_policy_coverage(list(EXAMPLE_DEFINITIONS.values()), engine) == []

@@ -25,6 +25,13 @@ command_arg := setting("command_arg", "")
 
 args_arg := setting("args_arg", "")
 
+# For the policy gate (gate.rego): the settings that name arguments (no args_arg means
+# no command arguments, so it is optional).
+gate_settings := {
+	"command_arg": {"names": "one", "types": ["string"], "required": true},
+	"args_arg": {"names": "one", "types": ["array"], "required": false},
+}
+
 commands_setting := setting("commands", {})
 
 commands := commands_setting if {

@@ -131,3 +131,12 @@ denial(module, message, reason) := {"message": message, "reason": concat(": ", [
 
 # Public message for a tool whose settings are missing or inconsistent.
 misconfigured := "this tool is not configured correctly"
+
+# Policy gate findings (gate.rego): an error means every call of the tool is denied, or a
+# check is silently skipped; a warning is suspicious but harmless to decisions.
+gate_error(problem) := {"severity": "error", "problem": problem}
+
+gate_warning(problem) := {"severity": "warning", "problem": problem}
+
+# What a gate error does to calls.
+deny_all := "every call is denied"

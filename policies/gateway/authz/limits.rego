@@ -11,11 +11,16 @@ package gateway.authz.limits
 import data.gateway.authz.lib.arguments
 import data.gateway.authz.lib.caller_role_defs
 import data.gateway.authz.lib.denial
+import data.gateway.authz.lib.deny_all
+import data.gateway.authz.lib.gate_error
+import data.gateway.authz.lib.gate_warning
 import data.gateway.authz.lib.misconfigured
 import data.gateway.authz.lib.missing
+import data.gateway.authz.lib.role_defs
 import data.gateway.authz.lib.roles
 import data.gateway.authz.lib.setting
 import data.gateway.authz.lib.tool
+import data.gateway.authz.rbac.tool_roles
 
 module := "limits"
 
@@ -117,6 +122,49 @@ deny contains denial(module, exceeded, sprintf("limited argument \"%s\" exceeds 
 	key := spec.limit
 	limit := spec_limits[key]
 	value > limit
+}
+
+# For the policy gate (gate.rego): the settings that name arguments, and the limits.
+gate_settings := {"limits": {"names": "members", "field": "arg", "types": ["integer", "number"], "required": false}}
+
+gate_problems contains gate_error(concat("", ["kind \"payment\" requires setting limits: ", deny_all])) if {
+	tool.kind == "payment"
+	object.get(tool, "limits", null) == null
+}
+
+gate_problems contains gate_error(concat("", ["setting limits is empty: ", deny_all])) if {
+	tool.kind == "payment"
+	tool.limits == []
+}
+
+gate_problems contains gate_error(concat("", ["setting limits member ", format_int(i, 10), " is not an {arg, limit, min} object: ", deny_all])) if {
+	some i, spec in limit_list
+	not valid_spec(spec)
+}
+
+gate_problems contains gate_error(concat("", ["limit ", json.marshal(spec.limit), " (argument ", json.marshal(spec.arg), ") is defined by no role: ", deny_all])) if {
+	some spec in specs
+	not defined_limits[spec.limit]
+}
+
+gate_problems contains gate_warning(concat("", ["limit ", json.marshal(spec.limit), " (argument ", json.marshal(spec.arg), ") is defined by no role that grants the tool: only callers who also hold another role can call it"])) if {
+	count(tool_roles) > 0
+	some spec in specs
+	defined_limits[spec.limit]
+	not granted_limits[spec.limit]
+}
+
+# The limit keys some role defines, and those some role granting the tool defines.
+defined_limits contains key if {
+	some def in role_defs
+	some key, value in def.limits
+	is_number(value)
+}
+
+granted_limits contains key if {
+	some r in tool_roles
+	some key, value in role_defs[r].limits
+	is_number(value)
 }
 
 roles_text := concat("", ["[", concat(", ", sort(roles)), "]"])

@@ -16,6 +16,8 @@ import data.gateway.authz.lib.arg_is_string
 import data.gateway.authz.lib.argument_facts
 import data.gateway.authz.lib.arguments
 import data.gateway.authz.lib.denial
+import data.gateway.authz.lib.deny_all
+import data.gateway.authz.lib.gate_error
 import data.gateway.authz.lib.has_control
 import data.gateway.authz.lib.has_non_ascii
 import data.gateway.authz.lib.misconfigured
@@ -40,6 +42,19 @@ require_resolved := setting("require_resolved", false)
 
 # The string members of the "roots" setting.
 root_settings := string_list(setting("roots", []))
+
+# For the policy gate (gate.rego): the settings that name arguments, and the roots.
+gate_settings := {"path_args": {"names": "list", "types": ["string"], "required": true}}
+
+gate_problems contains gate_error(concat("", ["setting roots holds no absolute directory: ", deny_all])) if {
+	applies
+	not absolute_root
+}
+
+absolute_root if {
+	some root in root_settings
+	startswith(root, "/")
+}
 
 # Characters that render like path syntax ("/", ".", "\") or are invisible.
 # Refused even when allow_non_ascii is true.

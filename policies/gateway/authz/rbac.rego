@@ -25,6 +25,14 @@ granting_roles contains r if {
 	tool_name in def.tools # tool_name is a string, so only string members can match
 }
 
+# The roles that grant the called tool, whoever calls (the policy gate reads them).
+tool_roles contains r if {
+	some r, def in role_defs
+	is_object(def)
+	is_array(def.tools)
+	tool_name in def.tools
+}
+
 # The called tool is configured with a known kind.
 known_kind if tool.kind in kinds
 

@@ -31,6 +31,14 @@ applies if tool.kind == "sql"
 
 sql_args := string_list(setting("sql_args", []))
 
+# For the policy gate (gate.rego): the settings that name arguments. The gateway parses
+# only the arguments whose schema property is marked as SQL, so an unmarked one gets no
+# facts and every call is denied.
+gate_settings := {"sql_args": {
+	"names": "list", "types": ["string"], "required": true,
+	"facts": "sql", "facts_hint": "its schema property is not marked \"contentMediaType\": \"application/sql\"",
+}}
+
 max_length := setting("max_length", 10000)
 
 # The parse nodes of a read-only SELECT (PostgreSQL's parse node names).

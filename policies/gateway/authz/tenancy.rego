@@ -12,6 +12,8 @@ package gateway.authz.tenancy
 import data.gateway.authz.lib.arg_is_string
 import data.gateway.authz.lib.arguments
 import data.gateway.authz.lib.denial
+import data.gateway.authz.lib.deny_all
+import data.gateway.authz.lib.gate_error
 import data.gateway.authz.lib.misconfigured
 import data.gateway.authz.lib.missing
 import data.gateway.authz.lib.resources
@@ -49,6 +51,18 @@ resource_args := resource_args_setting if {
 
 # resource_kind(kind) holds when data.gateway.config.resources configures kind.
 resource_kind(kind) if is_object(resources[kind])
+
+# For the policy gate (gate.rego): the settings that name arguments, and the resource
+# kinds resource_args names.
+gate_settings := {
+	"tenant_args": {"names": "list", "types": ["string"], "required": false},
+	"resource_args": {"names": "keys", "value": "resource kind", "types": ["string"], "required": false},
+}
+
+gate_problems contains gate_error(concat("", ["setting resource_args maps argument ", json.marshal(name), " to resource kind ", json.marshal(kind), ", which data.gateway.config.resources does not configure: ", deny_all])) if {
+	some name, kind in resource_args
+	not resource_kind(kind)
+}
 
 # owner_of(kind, id) is the tenant that owns the resource.
 owner_of(kind, id) := owner if {

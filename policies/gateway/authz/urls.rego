@@ -25,6 +25,9 @@ applies if tool.kind == "url"
 
 url_args := string_list(setting("url_args", []))
 
+# For the policy gate (gate.rego): the settings that name arguments.
+gate_settings := {"url_args": {"names": "list", "types": ["string"], "required": true}}
+
 schemes := {lower(s) | some s in string_list(setting("schemes", []))}
 
 hosts := {lower(h) | some h in string_list(setting("hosts", []))}
