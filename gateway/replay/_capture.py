@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any, Final
 
 from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from gateway.replay._keys import KeyRing
 from gateway.replay._outcome import Outcome
@@ -106,11 +105,11 @@ def seal(
 ) -> bytes:
     """One capture line (with its newline) for one decision, under the active key."""
     key_id = keyring.active_id
-    key = keyring.key(key_id)
-    assert key is not None  # noqa: S101 - the active id is always in the ring
+    cipher = keyring.cipher(key_id)
+    assert cipher is not None  # noqa: S101 - the active id is always in the ring
     nonce = nonce if nonce is not None else secrets.token_bytes(_NONCE_BYTES)
     plaintext = _header(tool, roles, recorded) + b"\n" + document_json
-    ciphertext = AESGCM(key).encrypt(nonce, plaintext, _aad(key_id, decision_id))
+    ciphertext = cipher.encrypt(nonce, plaintext, _aad(key_id, decision_id))
     line = {
         "c": base64.b64encode(ciphertext).decode("ascii"),
         "id": decision_id,
@@ -343,13 +342,13 @@ def open_capture(  # noqa: PLR0911 - one return per way a record can fail
         return MALFORMED
     if keyring is None:
         return NO_KEY
-    key = keyring.key(key_id)
-    if key is None:
+    cipher = keyring.cipher(key_id)
+    if cipher is None:
         return UNKNOWN_KEY_ID
     if keyring.check(key_id) != check:
         return WRONG_KEY
     try:
-        plaintext = AESGCM(key).decrypt(nonce, ciphertext, _aad(key_id, decision_id))
+        plaintext = cipher.decrypt(nonce, ciphertext, _aad(key_id, decision_id))
     except InvalidTag:
         return TAMPERED
     header_bytes, newline, document = plaintext.partition(b"\n")

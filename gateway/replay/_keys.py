@@ -22,6 +22,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
 from gateway._errors import GatewayError
 
 #: The key size: AES-256.
@@ -52,7 +54,7 @@ class KeyRing:
         KeyRingError: no key, a malformed key id, or a key that is not 32 bytes.
     """
 
-    __slots__ = ("_active", "_checks", "_keys")
+    __slots__ = ("_active", "_checks", "_ciphers", "_keys")
 
     def __init__(self, keys: Mapping[str, bytes]) -> None:
         if not keys:
@@ -67,6 +69,7 @@ class KeyRing:
         self._keys = dict(keys)
         self._active = next(iter(self._keys))
         self._checks = {key_id: key_check(key) for key_id, key in self._keys.items()}
+        self._ciphers = {key_id: AESGCM(key) for key_id, key in self._keys.items()}
 
     @classmethod
     def parse(cls, text: str, *, where: str = "replay key") -> KeyRing:
@@ -138,6 +141,10 @@ class KeyRing:
     def key(self, key_id: str) -> bytes | None:
         """The key of ``key_id``, if the ring holds it."""
         return self._keys.get(key_id)
+
+    def cipher(self, key_id: str) -> AESGCM | None:
+        """The AES-256-GCM cipher of the key of ``key_id``, if the ring holds it."""
+        return self._ciphers.get(key_id)
 
     def check(self, key_id: str) -> str | None:
         """The check value of the key of ``key_id``, if the ring holds it."""

@@ -19,6 +19,7 @@ from typing import Any, Final
 
 from gateway.audit._chain import folder_chains, trail_files, writer_chains
 from gateway.policy._engine import PolicyEngine, normalize_path
+from gateway.policy._wasm import EmbeddedEngine
 from gateway.replay._capture import (
     AUTH_FAILURES,
     CONFLICTING,
@@ -413,9 +414,13 @@ async def replay(
     batch: list[tuple[TrailDecision, Captured]] = []
 
     async def flush() -> None:
-        outcomes = await asyncio.gather(
-            *(decide(engine, decision_path, captured.document) for _, captured in batch)
-        )
+        documents = [captured.document for _, captured in batch]
+        if isinstance(engine, EmbeddedEngine):  # evaluated in line: no task per decision
+            outcomes = [await decide(engine, decision_path, document) for document in documents]
+        else:
+            outcomes = await asyncio.gather(
+                *(decide(engine, decision_path, document) for document in documents)
+            )
         for (decision, captured), candidate in zip(batch, outcomes, strict=True):
             report.add_replayed(
                 decision.decision_id, decision.tool, captured.roles, captured.recorded, candidate

@@ -15,6 +15,7 @@ from gateway.policy import EmbeddedEngine, build_bundle
 from gateway.replay import KeyRing, ReplayReport, replay
 from gateway.testing import OpaServer
 from tests.replay.conftest import CALLS, decision_ids, expected_changes, key_entry, record
+from tests.replay.large import write_trail
 
 RING = KeyRing.parse(key_entry("k1", 1))
 
@@ -384,3 +385,18 @@ async def test_the_text_report_never_shows_messages_unless_asked(
     assert ids[1] in text
     assert text.rstrip().endswith("result: FAIL (deny-to-allow 1)")
     assert decision_ids(trail) == ids
+
+
+async def test_a_large_trail_replays_every_decision_and_finds_every_change(
+    tmp_path: Path, baseline_engine: EmbeddedEngine, candidate_engine: EmbeddedEngine
+) -> None:
+    trail, capture, expected = write_trail(tmp_path, 800, baseline_engine)
+
+    report = await replay(
+        trail, candidate_engine, path="gateway/authz/decision", capture=capture, keyring=RING
+    )
+
+    assert (report.decisions, report.replayed) == (800, 800)
+    assert dict(report.changes) == expected
+    assert sum(expected.values()) == 500  # five of every eight calls change
+    assert len(report.examples) == 20
