@@ -362,7 +362,7 @@ class EmbeddedEngine:
         if entrypoint is None:
             # Only compiled entrypoints can be asked; anything else has no decision.
             return EngineAnswer(defined=False, revision=revision)
-        if b"\\ud" in document or b"\\uD" in document:
+        if _SURROGATE_HINT.search(document) is not None:
             document = _without_surrogate_escapes(document)
         try:
             instance = self._instance(loaded)
@@ -467,6 +467,8 @@ def _pair_to_utf8(match: re.Match[bytes]) -> bytes:
     return chr(0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00)).encode("utf-8")
 
 
+#: Where an escaped surrogate might start (one scan; most inputs have none).
+_SURROGATE_HINT: Final = re.compile(rb"\\u[dD]")
 _SURROGATE_PAIR: Final = re.compile(
     rb"\\\\|\\u(d[89ab][0-9a-f]{2})\\u(d[c-f][0-9a-f]{2})", re.IGNORECASE
 )
