@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import ctypes
 import hashlib
+import itertools
 import math
 import re
 import struct
@@ -563,26 +564,33 @@ class EpochTicker:
 
     def __init__(self, engine: wasmtime.Engine, interval_s: float) -> None:
         self.interval_s = interval_s
-        self._engine = engine
         self._stopped = False
-        _Clock.start(interval_s, engine)
+        self._token = _Clock.start(interval_s, engine)
 
     def ticks_for(self, timeout_s: float) -> int:
         """Deadline ticks that give at least ``timeout_s``."""
         return max(1, math.ceil(timeout_s / self.interval_s)) + 1
 
     def stop(self) -> None:
-        """Stop ticking (idempotent)."""
+        """Stop ticking (idempotent; safe from a finalizer on any thread: it takes no lock)."""
         if not self._stopped:
             self._stopped = True
-            _Clock.stop(self.interval_s, self._engine)
+            _Clock.stop(self.interval_s, self._token)
 
 
 class _Clock:
-    """One daemon thread per tick interval, advancing the epoch of each registered engine."""
+    """One daemon thread per tick interval, advancing the epoch of each registered engine.
+
+    :meth:`stop` runs from engines' finalizers, which the garbage collector may run on any
+    thread at any allocation, including one made while a thread holds the lock here. So it
+    takes no lock: it queues the removal (``deque.append`` is atomic), and whoever next holds
+    the lock (the clock thread each tick, or :meth:`start`) applies the queued removals.
+    """
 
     _lock: ClassVar[threading.Lock] = threading.Lock()
     _clocks: ClassVar[dict[float, _Clock]] = {}
+    _removals: ClassVar[collections.deque[tuple[float, int]]] = collections.deque()
+    _tokens: ClassVar[itertools.count[int]] = itertools.count()
 
     def __init__(self, interval_s: float) -> None:
         self.interval_s = interval_s
@@ -590,30 +598,42 @@ class _Clock:
         self.thread = threading.Thread(target=self._run, name="wasm-epoch", daemon=True)
 
     @classmethod
-    def start(cls, interval_s: float, engine: wasmtime.Engine) -> None:
+    def start(cls, interval_s: float, engine: wasmtime.Engine) -> int:
+        """Register ``engine`` with the clock of ``interval_s``; the token to stop it with."""
+        token = next(cls._tokens)
         with cls._lock:
+            cls._apply_removals()
             clock = cls._clocks.get(interval_s)
             if clock is None:
                 clock = cls._clocks[interval_s] = _Clock(interval_s)
-                clock.engines[id(engine)] = engine
+                clock.engines[token] = engine
                 clock.thread.start()
             else:
-                clock.engines[id(engine)] = engine
+                clock.engines[token] = engine
+        return token
 
     @classmethod
-    def stop(cls, interval_s: float, engine: wasmtime.Engine) -> None:
-        with cls._lock:
+    def stop(cls, interval_s: float, token: int) -> None:
+        """Queue the removal of one registration; applied under the lock by its next holder."""
+        cls._removals.append((interval_s, token))
+
+    @classmethod
+    def _apply_removals(cls) -> None:
+        # Called with the lock held. A clock left with no engine is retired: its thread sees
+        # it is no longer the interval's clock and ends.
+        while cls._removals:
+            interval_s, token = cls._removals.popleft()
             clock = cls._clocks.get(interval_s)
             if clock is not None:
-                clock.engines.pop(id(engine), None)
+                clock.engines.pop(token, None)
                 if not clock.engines:
-                    # The thread sees it is no longer the interval's clock and ends.
                     del cls._clocks[interval_s]
 
     def _run(self) -> None:
         while True:
             time.sleep(self.interval_s)
             with self._lock:
+                self._apply_removals()
                 if self._clocks.get(self.interval_s) is not self:
                     return
                 engines = list(self.engines.values())

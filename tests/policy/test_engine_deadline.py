@@ -14,7 +14,7 @@ import hashlib
 import json
 import threading
 import weakref
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Final
 
 import httpx
@@ -236,8 +236,48 @@ async def test_a_closed_embedded_engine_is_unavailable() -> None:
 
 
 def _ticked(wasm_engine: object, interval_s: float) -> bool:
-    clock = _wasm_abi._Clock._clocks.get(interval_s)
-    return clock is not None and id(wasm_engine) in clock.engines
+    with _wasm_abi._Clock._lock:
+        _wasm_abi._Clock._apply_removals()
+        clock = _wasm_abi._Clock._clocks.get(interval_s)
+        return clock is not None and any(e is wasm_engine for e in clock.engines.values())
+
+
+def _returns(action: Callable[[], object]) -> bool:
+    # A deadlock detector, not a timing assertion: the action takes microseconds when it
+    # does not block, and blocks forever when it does.
+    worker = threading.Thread(target=action, daemon=True)
+    worker.start()
+    worker.join(timeout=10)
+    return not worker.is_alive()
+
+
+def test_stopping_a_ticker_while_its_clock_lock_is_held_does_not_block() -> None:
+    # An engine's finalizer stops its ticker, and the garbage collector may run it at any
+    # allocation, including one the clock thread or a starting engine makes under the lock.
+    wasm_engine = _wasm_abi.new_engine()
+    ticker = _wasm_abi.EpochTicker(wasm_engine, 0.0125)
+    assert _ticked(wasm_engine, 0.0125)
+    with _wasm_abi._Clock._lock:
+        assert _returns(ticker.stop)
+    assert not _ticked(wasm_engine, 0.0125)
+
+
+def test_an_engine_collected_under_the_clock_lock_does_not_deadlock_the_next_engine() -> None:
+    engine = embedded_engine()
+    gone = weakref.ref(engine)
+    # Only the cycle keeps the engine alive, so only the collector frees it.
+    cycle: list[object] = [engine]
+    cycle.append(cycle)
+
+    def collect_under_lock() -> None:
+        with _wasm_abi._Clock._lock:
+            gc.collect()
+
+    del engine, cycle
+    assert gone() is not None
+    assert _returns(collect_under_lock)
+    assert gone() is None
+    assert _returns(lambda: embedded_engine().close())
 
 
 async def test_an_embedded_engine_that_is_collected_stops_its_deadline_clock() -> None:
