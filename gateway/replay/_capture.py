@@ -29,10 +29,10 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, BinaryIO, Final
 
 from cryptography.exceptions import InvalidTag
 
@@ -288,8 +288,17 @@ def _line_id(line: bytes) -> str | None:
     return decision_id if isinstance(decision_id, str) else None
 
 
-def index_captures(directory: Path) -> CaptureIndex:
+def _bounded_lines(handle: BinaryIO, limit: int) -> Iterator[bytes]:
+    # Lines as they are in the file; one longer than ``limit`` is read in parts of that
+    # size, never whole (each part is malformed: none is a whole record).
+    while line := handle.readline(limit):
+        yield line
+
+
+def index_captures(directory: Path, *, max_line: int = MAX_LINE_BYTES) -> CaptureIndex:
     """Index every capture record of ``directory`` by decision id.
+
+    A line longer than ``max_line`` is not read whole: its parts are malformed lines.
 
     Raises:
         OSError: the folder or a file cannot be read.
@@ -298,7 +307,7 @@ def index_captures(directory: Path) -> CaptureIndex:
     for number, path in enumerate(index.files):
         with path.open("rb") as handle:
             offset = 0
-            for line_number, line in enumerate(handle, start=1):
+            for line_number, line in enumerate(_bounded_lines(handle, max_line), start=1):
                 length = len(line)
                 decision_id = _line_id(line) if line.endswith(b"\n") else None
                 if decision_id is None:

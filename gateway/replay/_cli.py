@@ -94,6 +94,9 @@ async def _run(args: argparse.Namespace, plan: _Plan) -> tuple[int, str]:
     if isinstance(engine, OpaRestEngine):
         await engine.open()
     try:
+        # A candidate that is down would read as every decision flipping to an error.
+        if isinstance(engine, OpaRestEngine) and not await engine.healthy():
+            raise _UsageError(f"the candidate OPA at {args.opa} is not healthy (GET /health)")
         if isinstance(engine, EmbeddedEngine) and plan.path not in engine.entrypoints:
             raise _UsageError(f"the candidate cannot answer {plan.path} (not an entrypoint)")
         report = ReplayReport(

@@ -6,6 +6,7 @@ import base64
 import json
 import os
 import stat
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -187,3 +188,25 @@ def test_a_ring_never_shows_its_keys() -> None:
     entry = key_entry("k1", 1)
 
     assert entry.partition(":")[2] not in repr(KeyRing.parse(entry))
+
+
+def test_a_line_longer_than_any_record_is_read_in_bounded_parts_and_reported(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "capture.1.jsonl").write_bytes(_line("d-1") + b"x" * 2500 + b"\n" + _line("d-2"))
+
+    index = index_captures(tmp_path, max_line=1000)
+    index.close()
+
+    assert sorted(index.entries) == ["d-1", "d-2"]
+    assert index.malformed == [f"{tmp_path / 'capture.1.jsonl'}:{n}" for n in (2, 3, 4)]
+
+
+@given(st.lists(st.binary(max_size=80), max_size=8))
+def test_any_capture_file_indexes_without_raising(lines: list[bytes]) -> None:
+    data = b"\n".join(lines)
+    with tempfile.TemporaryDirectory() as scratch:
+        Path(scratch, "capture.1.jsonl").write_bytes(data)
+        index = index_captures(Path(scratch))
+        index.close()
+    assert len(index.entries) + len(index.malformed) <= data.count(b"\n") + 1

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.cli import main
 from gateway.policy import EmbeddedEngine, build_bundle
-from gateway.replay import KeyRing, ReplayReport, replay
+from gateway.replay import KeyRing, ReplayReport, replay, trail_decisions
 from gateway.testing import OpaServer
 from tests.replay.conftest import CALLS, decision_ids, expected_changes, key_entry, record
 from tests.replay.large import write_trail
@@ -400,3 +403,34 @@ async def test_a_large_trail_replays_every_decision_and_finds_every_change(
     assert dict(report.changes) == expected
     assert sum(expected.values()) == 500  # five of every eight calls change
     assert len(report.examples) == 20
+
+
+@given(st.lists(st.binary(max_size=120), max_size=10))
+@settings(deadline=None)
+def test_any_trail_file_is_read_without_raising_and_its_junk_is_reported(
+    lines: list[bytes],
+) -> None:
+    data = b"\n".join(lines)
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch, "audit.jsonl")
+        path.write_bytes(data)
+        unreadable: list[str] = []
+        decisions = list(trail_decisions(path, unreadable))
+    assert len(decisions) + len(unreadable) <= data.count(b"\n") + 1
+
+
+def test_an_unreachable_candidate_opa_is_a_usage_error_not_a_report_of_flips(
+    recorded: tuple[Path, Path, list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    trail, capture, _ = recorded
+
+    status = main(
+        [
+            "replay",
+            *("--trail", str(trail), "--capture", str(capture), "--key-env", "REPLAY_KEYS"),
+            *("--opa", "http://127.0.0.1:9", "--timeout", "0.5"),
+        ]
+    )
+
+    assert status == 2
+    assert "not healthy" in capsys.readouterr().err
