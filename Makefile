@@ -1,7 +1,8 @@
 # The two entry points of the README. Each one sets up everything it needs, idempotently.
 #   make demo   serves examples/gateway.toml on the embedded engine (no OPA server, no opa
 #               binary: it serves the committed bundle, bundles/policies.tar.gz)
-#   make check  provisions a real OPA, then runs lint, types, policy tests and the test suite
+#   make check  provisions a real OPA and Regal, then runs lint, types, policy tests (opa test,
+#               regal lint) and the test suite
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -32,7 +33,8 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 policy-test:
-	OPA_BIN="$$(scripts/provision-opa)" && policies/check.sh "$$OPA_BIN"
+	OPA_BIN="$$(scripts/provision-opa)" && REGAL_BIN="$$(scripts/provision-regal)" && \
+	export REGAL_BIN && policies/check.sh "$$OPA_BIN"
 
 # Recompile bundles/policies.tar.gz from policies/ (commit it with the policy change;
 # policy-test fails while it differs from the sources).

@@ -13,6 +13,9 @@
 #      (see README.md, "Keeping evaluation cheap"); import the rules themselves instead.
 #   6. the committed bundle (../bundles/policies.tar.gz, what the embedded engine serves)
 #      is exactly what scripts/build-bundle makes of these sources with this opa.
+#   7. regal lint            no finding (Regal, pinned and built by ../scripts/provision-regal
+#      unless REGAL_BIN names it; configured by ../.regal/config.yaml, which records each
+#      deliberate exception and why). A Regal that cannot be provisioned fails the check.
 #
 # OPA_TEST_TIMEOUT (default 60s) bounds each test: opa's own 5 s default fails the heavier
 # tests on a loaded machine.
@@ -93,6 +96,15 @@ elif ! cmp -s "${rebuilt}" "${committed}"; then
 	failed=1
 else
 	echo "bundles/policies.tar.gz matches the policies"
+fi
+
+echo "== regal lint"
+if ! regal="$("${policy_dir}/../scripts/provision-regal")"; then
+	echo "FAIL: no regal (scripts/provision-regal could not provision it)" >&2
+	failed=1
+elif ! (cd "${policy_dir}/.." && "${regal}" lint --config-file .regal/config.yaml policies); then
+	echo "FAIL: regal lint" >&2
+	failed=1
 fi
 
 if [[ "${failed}" -ne 0 ]]; then

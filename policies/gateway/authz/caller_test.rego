@@ -1,6 +1,5 @@
 package gateway.authz.caller_test
 
-import data.gateway.authz
 import data.gateway.authz.caller
 import data.gateway.authz.fixtures_test as fx
 
@@ -11,14 +10,14 @@ test_valid_context_allowed if {
 }
 
 test_missing_context_denied if {
-	d := authz.decision with input as {"tool": add_tool, "arguments": {}}
+	d := data.gateway.authz.decision with input as {"tool": add_tool, "arguments": {}}
 	d.message == "caller identity is required"
 	fx.has_reason(d, "caller: input.context is missing or is not an object")
 	fx.has_reason(d, "caller: context.subject is missing")
 }
 
 test_empty_context_denied if {
-	d := authz.decision with input as {"tool": add_tool, "arguments": {}, "context": {}}
+	d := data.gateway.authz.decision with input as {"tool": add_tool, "arguments": {}, "context": {}}
 	d.message == "caller identity is required"
 	fx.has_reason(d, "caller: context.subject is missing, blank or not a string")
 	not fx.has_reason(d, "input.context is missing")
@@ -26,7 +25,7 @@ test_empty_context_denied if {
 
 test_non_object_context_denied if {
 	every ctx in ["alice", ["alice"], 1, true, null] {
-		d := authz.decision with input as {"tool": add_tool, "arguments": {}, "context": ctx}
+		d := data.gateway.authz.decision with input as {"tool": add_tool, "arguments": {}, "context": ctx}
 		d.message == "caller identity is required"
 		fx.has_reason(d, "caller: input.context is missing or is not an object")
 	}
@@ -67,7 +66,7 @@ test_unknown_tenant_denied if {
 
 test_malformed_tool_name_denied if {
 	every tool in [{}, {"name": ""}, {"name": 5}, "add", null] {
-		d := authz.decision with input as {"tool": tool, "arguments": {}, "context": fx.context(["reader"], "acme")}
+		d := data.gateway.authz.decision with input as {"tool": tool, "arguments": {}, "context": fx.context(["reader"], "acme")}
 		d.message == "the request is malformed"
 		fx.has_reason(d, "input.tool.name is missing, empty or not a string")
 	}
@@ -75,14 +74,14 @@ test_malformed_tool_name_denied if {
 
 test_malformed_arguments_denied if {
 	every args in [null, [], "{}", 1] {
-		d := authz.decision with input as {"tool": add_tool, "arguments": args, "context": fx.context(["reader"], "acme")}
+		d := data.gateway.authz.decision with input as {"tool": add_tool, "arguments": args, "context": fx.context(["reader"], "acme")}
 		d.message == "the request is malformed"
 		fx.has_reason(d, "input.arguments is missing or is not an object")
 	}
 }
 
 test_missing_arguments_denied if {
-	d := authz.decision with input as {"tool": add_tool, "context": fx.context(["reader"], "acme")}
+	d := data.gateway.authz.decision with input as {"tool": add_tool, "context": fx.context(["reader"], "acme")}
 	d.message == "the request is malformed"
 }
 
@@ -92,7 +91,7 @@ test_valid_exactly_when_nothing_denied if {
 	subjects := [{"subject": "alice"}, {"subject": " "}, {"subject": 7}, {}]
 	role_parts := [{"roles": ["reader"]}, {"roles": []}, {"roles": null}, {"roles": ["reader", 1]}, {"roles": "reader"}, {}]
 	tenant_parts := [{"tenant": "acme"}, {"tenant": null}, {"tenant": "initech"}, {"tenant": "ACME"}, {"tenant": 3}, {}]
-	contexts := [object.union(object.union(s, r), t) |
+	contexts := [object.union_n([s, r, t]) |
 		some s in subjects
 		some r in role_parts
 		some t in tenant_parts

@@ -92,14 +92,14 @@ arg_allowed(a) if {
 	regex.match(pattern, a)
 }
 
-deny contains denial(module, misconfigured, "exec tool has no command_arg") if {
-	applies
-	not valid_command_arg
-}
-
 valid_command_arg if {
 	is_string(command_arg)
 	command_arg != ""
+}
+
+deny contains denial(module, misconfigured, "exec tool has no command_arg") if {
+	applies
+	not valid_command_arg
 }
 
 deny contains denial(module, "a required argument is missing", sprintf("command argument \"%s\" is missing", [command_arg])) if {
@@ -126,7 +126,8 @@ deny contains denial(module, "the command is not allowed", sprintf("command \"%s
 }
 
 deny contains denial(module, "the command arguments are malformed", sprintf("argument \"%s\" is not an array", [args_arg])) if {
-	value := args
+	# Bound before the negation (policies/README.md, "Writing rules that run on both engines").
+	value := args # regal ignore:pointless-reassignment
 	not is_array(value)
 }
 

@@ -1,7 +1,6 @@
 # Shared fixtures for the policy tests (no tests of its own).
 package gateway.authz.fixtures_test
 
-import data.gateway.authz
 import data.gateway.authz.sql_fixtures_test as sqlfx
 
 # context(roles, tenant) is a caller context with a subject.
@@ -30,7 +29,7 @@ facts(args) := {"version": 1, "arguments": {"/query": {"sql": sqlfx.facts[args.q
 
 # decide(tool, args, ctx) is the decision for the call.
 decide(tool, args, ctx) := d if {
-	d := authz.decision with input as request(tool, args, ctx)
+	d := data.gateway.authz.decision with input as request(tool, args, ctx)
 }
 
 # Decision for a caller with one role in tenant acme.

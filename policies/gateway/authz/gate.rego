@@ -52,10 +52,14 @@ served contains entry.tool.name if {
 	is_string(entry.tool.name)
 }
 
+# METADATA
+# entrypoint: true
 problems contains object.union(found, {"tool": entry.tool.name}) if {
 	some entry in input.tools
 	is_string(entry.tool.name)
-	checked := tool_problems with input as entry
+
+	# Each tool's checks see that tool as the input, as its decision would.
+	checked := tool_problems with input as entry # regal ignore:with-outside-test-context
 	some found in checked
 }
 
@@ -193,10 +197,6 @@ setting_problems contains gate_error(concat("", ["setting ", name, " is not an a
 	consequence := ignored(spec.required)
 }
 
-ignored(true) := deny_all
-
-ignored(false) := "the policies ignore it, so that argument is never checked"
-
 setting_problems contains gate_error(concat("", ["setting ", name, " is not an object of argument -> ", spec.value, ": ", deny_all])) if {
 	some name, spec in applying
 	spec.names == "keys"
@@ -245,6 +245,10 @@ setting_problems contains gate_error(concat("", ["setting ", u.setting, " names 
 	declared[u.name]
 	not pointer_of(u.name) in object.get(input.facts, u.facts, [])
 }
+
+ignored(true) := deny_all
+
+ignored(false) := "the policies ignore it, so that argument is never checked"
 
 type_text(types) := concat(", ", sort(types)) if count(types) > 0
 

@@ -118,6 +118,8 @@ valid_ttl(x) if {
 	x == floor(x)
 }
 
+# METADATA
+# entrypoint: true
 decision := {
 	"allow": allow,
 	"message": message,

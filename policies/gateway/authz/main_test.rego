@@ -1,6 +1,5 @@
 package gateway.authz.main_test
 
-import data.gateway.authz
 import data.gateway.authz.caller
 import data.gateway.authz.exec
 import data.gateway.authz.fixtures_test as fx
@@ -28,7 +27,7 @@ test_granting_roles_listed_sorted if {
 }
 
 test_default_deny_without_input if {
-	d := authz.decision
+	d := data.gateway.authz.decision
 	d.allow == false
 	d.message == "caller identity is required; the request is malformed"
 	is_array(d.reasons)
@@ -36,7 +35,7 @@ test_default_deny_without_input if {
 }
 
 test_empty_input_denied if {
-	d := authz.decision with input as {}
+	d := data.gateway.authz.decision with input as {}
 	d.allow == false
 	fx.has_reason(d, "input.context is missing")
 }
@@ -100,13 +99,13 @@ test_ttl_invalid_values_ignored if {
 }
 
 test_ttl_on_denials if {
-	d := authz.decision with input as {}
+	d := data.gateway.authz.decision with input as {}
 	d.cache.ttl_s == 60
 }
 
 test_default_deny_when_nothing_denies_but_nothing_permits if {
 	# A permitted call still needs rbac.permitted; simulate a stage-less failure.
-	d := fx.as_role("reader", "add", {}) with data.gateway.authz.rbac.permitted as false
+	d := fx.as_role("reader", "add", {}) with rbac.permitted as false
 	d.allow == false
 	d.message == "the call is not authorized"
 	d.reasons == ["default deny: no rule allowed the call"]
@@ -164,7 +163,7 @@ expected_argument_denials := all_argument_denials if {
 
 stages_agree if {
 	every inp in dispatch_inputs {
-		got := [authz.caller_denials, authz.access_denials, authz.argument_denials] with input as inp
+		got := [data.gateway.authz.caller_denials, data.gateway.authz.access_denials, data.gateway.authz.argument_denials] with input as inp
 		want := [caller.deny, rbac.deny, expected_argument_denials] with input as inp
 		got == want
 	}
@@ -172,8 +171,8 @@ stages_agree if {
 
 test_arguments_are_not_evaluated_for_an_invalid_caller if {
 	inp := fx.request("run_command", {"command": "rm", "args": ["-rf", "/"]}, {"roles": ["operator"]})
-	authz.argument_denials == set() with input as inp
-	d := authz.decision with input as inp
+	data.gateway.authz.argument_denials == set() with input as inp
+	d := data.gateway.authz.decision with input as inp
 	d.allow == false
 	every r in d.reasons {
 		not startswith(r, "exec")
@@ -183,8 +182,8 @@ test_arguments_are_not_evaluated_for_an_invalid_caller if {
 
 test_arguments_are_not_evaluated_for_a_caller_without_access if {
 	inp := fx.request("run_command", {"command": "rm", "args": ["-rf", "/"]}, fx.context(["reader"], "acme"))
-	authz.argument_denials == set() with input as inp
-	d := authz.decision with input as inp
+	data.gateway.authz.argument_denials == set() with input as inp
+	d := data.gateway.authz.decision with input as inp
 	d.allow == false
 	count(d.reasons) > 0
 	every r in d.reasons {
@@ -195,8 +194,8 @@ test_arguments_are_not_evaluated_for_a_caller_without_access if {
 
 test_arguments_are_evaluated_once_caller_and_access_pass if {
 	inp := fx.request("run_command", {"command": "rm", "args": ["-rf", "/"]}, fx.context(["operator"], "acme"))
-	authz.argument_denials == exec.deny with input as inp
-	count(authz.argument_denials) > 0 with input as inp
+	data.gateway.authz.argument_denials == exec.deny with input as inp
+	count(data.gateway.authz.argument_denials) > 0 with input as inp
 }
 
 test_stage_dispatch_matches_all_modules if {

@@ -97,7 +97,7 @@ roots contains replace(root, "{tenant}", tenant) if {
 }
 
 # The roots without their trailing '/'.
-root_dirs := {trim_suffix(root, "/") | some root in roots}
+root_dirs contains trim_suffix(root, "/") if some root in roots
 
 # inside_roots(p) holds when p is a root itself or below one.
 inside_roots(p) if p in root_dirs
@@ -164,8 +164,8 @@ deny contains denial(module, "path is not allowed: it must be a string", sprintf
 }
 
 deny contains denial(module, "path is not allowed: it is too long", sprintf("path argument \"%s\" is longer than %d characters", [name, max_length])) if {
-	some name, p in values
 	is_number(max_length)
+	some name, p in values
 	count(p) > max_length
 }
 
@@ -203,8 +203,8 @@ unusual_denials contains denial(module, "path is not allowed: percent-encoding i
 }
 
 unusual_denials contains denial(module, "path is not allowed: non-ASCII characters are not allowed", sprintf("path argument \"%s\" contains non-ASCII characters", [name])) if {
-	some name, p in unusual
 	allow_non_ascii != true
+	some name, p in unusual
 	has_non_ascii(p)
 }
 

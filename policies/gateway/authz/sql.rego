@@ -188,6 +188,11 @@ names_function(entry, fn) if {
 	entry == concat(".", ["pg_catalog", fn.name])
 }
 
+# error_category(f) is the parser's error category ("syntax", "nul", "too_long", ...).
+error_category(f) := f.error if {
+	is_string(f.error)
+} else := "malformed facts"
+
 deny contains denial(module, misconfigured, "sql tool has no sql_args") if {
 	applies
 	count(sql_args) == 0
@@ -209,8 +214,8 @@ deny contains denial(module, "query is not allowed: it must be a string", sprint
 }
 
 deny contains denial(module, "query is not allowed: it is too long", sprintf("sql argument \"%s\" is longer than %d characters", [name, max_length])) if {
-	some name, q in raw
 	is_number(max_length)
+	some name, q in raw
 	count(q) > max_length
 }
 
@@ -224,11 +229,6 @@ deny contains denial(module, "query is not allowed: it is not valid SQL", sprint
 	not parsed[name]
 	error := error_category(f)
 }
-
-# error_category(f) is the parser's error category ("syntax", "nul", "too_long", ...).
-error_category(f) := f.error if {
-	is_string(f.error)
-} else := "malformed facts"
 
 deny contains denial(module, "query is not allowed: it is empty", sprintf("sql argument \"%s\" holds no statement", [name])) if {
 	some name, f in parsed
@@ -281,8 +281,8 @@ deny contains denial(module, "query is not allowed: it calls a function that is 
 }
 
 deny contains denial(module, "query is not allowed: it calls a function that is not allowed", sprintf("sql argument \"%s\" calls the denied function \"%s\"", [name, entry])) if {
-	some name, fns in functions
 	count(denied_functions) > 0
+	some name, fns in functions
 	some fn in fns
 	some entry in denied_functions
 	names_function(entry, fn)

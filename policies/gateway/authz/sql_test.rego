@@ -7,7 +7,7 @@ import data.gateway.authz.sql_fixtures_test as sqlfx
 # The facts the gateway gives the policy for q (generated from the real parser by
 # tests/policy/sql_fixtures.py); a query without an entry is one that does not parse.
 facts_of(q) := sqlfx.facts[q] if {
-	sqlfx.facts[q]
+	is_object(sqlfx.facts[q])
 } else := {"parsed": false, "error": "syntax"}
 
 with_facts(facts) := {"version": 1, "arguments": {"/query": {"sql": facts}}}

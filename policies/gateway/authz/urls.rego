@@ -28,11 +28,11 @@ url_args := string_list(setting("url_args", []))
 # For the policy gate (gate.rego): the settings that name arguments.
 gate_settings := {"url_args": {"names": "list", "types": ["string"], "required": true}}
 
-schemes := {lower(s) | some s in string_list(setting("schemes", []))}
+schemes contains lower(s) if some s in string_list(setting("schemes", []))
 
-hosts := {lower(h) | some h in string_list(setting("hosts", []))}
+hosts contains lower(h) if some h in string_list(setting("hosts", []))
 
-domains := {lower(d) | some d in string_list(setting("domains", []))}
+domains contains lower(d) if some d in string_list(setting("domains", []))
 
 ports_setting := setting("ports", [])
 
@@ -41,7 +41,10 @@ port_list := ports_setting if {
 } else := []
 
 # Allowed explicit ports as canonical decimal strings (so "0443" never matches 443).
-ports := {format_int(p, 10) | some p in port_list; is_number(p)}
+ports contains format_int(p, 10) if {
+	some p in port_list
+	is_number(p)
+}
 
 max_length := setting("max_length", 2048)
 
@@ -140,8 +143,8 @@ deny contains denial(module, "URL is not allowed: it must be a string", sprintf(
 }
 
 deny contains denial(module, "URL is not allowed: it is too long", sprintf("url argument \"%s\" is longer than %d characters", [name, max_length])) if {
-	some name, u in values
 	is_number(max_length)
+	some name, u in values
 	count(u) > max_length
 }
 
