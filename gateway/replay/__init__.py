@@ -11,6 +11,7 @@
 - :class:`ObservedAuthorizer` and :class:`DecisionTap` connect both to a call pipeline.
 """
 
+from gateway.replay._assembly import Assembly, assemble
 from gateway.replay._capture import (
     AUTH_FAILURES,
     REASONS,
@@ -24,6 +25,7 @@ from gateway.replay._capture import (
 )
 from gateway.replay._document import RecordedDocument
 from gateway.replay._keys import KEY_BYTES, KeyRing, KeyRingError, key_check, new_key_entry
+from gateway.replay._metrics import ReplayCollector
 from gateway.replay._observe import DecisionTap, Observation, ObservedAuthorizer
 from gateway.replay._outcome import CHANGES, FLIPS, RESULTS, Outcome, change, decide
 from gateway.replay._replay import (
@@ -38,6 +40,14 @@ from gateway.replay._replay import (
     role_key,
     trail_decisions,
 )
+from gateway.replay._settings import (
+    ReplaySettings,
+    SettingsError,
+    ShadowSettings,
+    build_candidate,
+    parse_replay,
+    parse_shadow,
+)
 from gateway.replay._shadow import ShadowEvaluator, ShadowStats
 
 __all__ = [
@@ -49,6 +59,7 @@ __all__ = [
     "KEY_BYTES",
     "REASONS",
     "RESULTS",
+    "Assembly",
     "CaptureIndex",
     "Captured",
     "ChangeExample",
@@ -61,10 +72,16 @@ __all__ = [
     "Outcome",
     "RecordedDocument",
     "ReplayCapture",
+    "ReplayCollector",
     "ReplayReport",
+    "ReplaySettings",
+    "SettingsError",
     "ShadowEvaluator",
+    "ShadowSettings",
     "ShadowStats",
     "TrailDecision",
+    "assemble",
+    "build_candidate",
     "capture_files",
     "change",
     "decide",
@@ -73,6 +90,8 @@ __all__ = [
     "new_key_entry",
     "open_capture",
     "parse_fail_on",
+    "parse_replay",
+    "parse_shadow",
     "replay",
     "role_key",
     "seal",
