@@ -159,10 +159,13 @@ class DecisionTap:
         ):
             self.unobserved += 1
             return
+        # Encoded now, as the decision is recorded: the facts (path facts resolve on the
+        # filesystem) are fixed here, for the capture and the candidate alike.
+        document_json = observation.document.to_json()
         if self._capture is not None:
             self._capture.record(
                 decision_id,
-                observation.document.to_json(),
+                document_json,
                 tool=observation.tool,
                 roles=observation.roles(),
                 recorded=observation.recorded,
