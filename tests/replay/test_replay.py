@@ -434,3 +434,28 @@ def test_an_unreachable_candidate_opa_is_a_usage_error_not_a_report_of_flips(
 
     assert status == 2
     assert "not healthy" in capsys.readouterr().err
+
+
+def test_new_key_prints_an_entry_a_key_ring_reads(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["replay", "--new-key", "2026-12"]) == 0
+    entry = capsys.readouterr().out.strip()
+
+    assert KeyRing.parse(entry).active_id == "2026-12"
+    assert main(["replay", "--new-key", "bad id"]) == 2
+
+
+def test_a_missing_trail_or_a_bad_key_ring_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BAD_RING", "k1:" + "A" * 10)
+
+    assert main(["replay", "--opa", "http://127.0.0.1:9"]) == 2
+    assert main(["replay", "--trail", str(tmp_path / "none"), "--opa", "http://127.0.0.1:9"]) == 2
+    assert (
+        main(["replay", "--trail", str(tmp_path), "--key-env", "BAD_RING", "--opa", "http://x"])
+        == 2
+    )
+    errors = capsys.readouterr().err
+    assert "name the trail" in errors
+    assert "no such trail" in errors
+    assert "A" * 10 not in errors
