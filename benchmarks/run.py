@@ -35,7 +35,7 @@ from gateway import (
     bind,
     function_tool,
 )
-from gateway.audit import AuditTrail, FsyncPolicy, JsonlFileSink
+from gateway.audit import FsyncPolicy, JsonlFileSink
 from gateway.policy import (
     CachingAuthorizer,
     CallerContext,
@@ -49,11 +49,8 @@ from gateway.policy import (
 )
 from gateway.policy._rest import request_body
 from gateway.server import (
-    Authenticator,
-    Gateway,
-    GatewayApp,
-    GatewayMetrics,
     api_key_digest,
+    build_service,
     parse_config,
 )
 from gateway.testing import LiveServer, OpaServer, StaticAuthorizer
@@ -360,14 +357,37 @@ class Bench:
         return {"entries": entries, "bytes_total": used, "bytes_per_entry": used / entries}
 
     async def http(self) -> None:
+        """The HTTP service end to end: one keep-alive connection, sequential allowed calls.
+
+        ``l_http_end_to_end``: embedded engine, decision cache on, audit fsync=batch.
+        ``l_http_fsync_always_<engine>_cache_<on|off>``: the service as ``gateway serve``
+        builds it from its configuration, on each engine (the embedded one and the OPA
+        server), the audit trail durable before every call (fsync=always), the decision
+        cache on (the steady state of a repeated call) and off (every call evaluated).
+        """
+        embedded = {"kind": "embedded", "bundle": str(BUNDLE)}
+        self.results["l_http_end_to_end"] = await self._http_line(
+            embedded, cache=True, fsync="batch", n=self.n(2000)
+        )
+        for cache in (True, False):
+            label = "on" if cache else "off"
+            for name, engine in (("embedded", embedded), ("opa", {"kind": "opa", "url": self.url})):
+                self.results[f"l_http_fsync_always_{name}_cache_{label}"] = await self._http_line(
+                    engine, cache=cache, fsync="always", n=self.n(500)
+                )
+
+    async def _http_line(
+        self, engine: dict[str, Any], *, cache: bool, fsync: str, n: int
+    ) -> dict[str, float]:
         with tempfile.TemporaryDirectory() as folder:
             config = parse_config(
                 {
-                    "engine": {"kind": "embedded", "bundle": str(BUNDLE)},
+                    "engine": engine,
+                    "cache": {"enabled": cache, "max_ttl_s": 30},
                     "audit": {
                         "enabled": True,
                         "path": str(Path(folder) / "audit.jsonl"),
-                        "fsync": "batch",
+                        "fsync": fsync,
                         "unkeyed": True,
                     },
                     "auth": {
@@ -382,36 +402,25 @@ class Bench:
                 },
                 base=ROOT,
             )
-            sink = JsonlFileSink(config.audit.path or Path(folder) / "a.jsonl", fsync="batch")
-            engine = EmbeddedEngine.from_bundle(BUNDLE)
-            cache = DecisionCache(max_ttl=30)
-            metrics = GatewayMetrics(cache)
-            gateway = Gateway(
-                [add],
-                authorizer=PolicyAuthorizer(engine, cache=cache),
-                audit=AuditTrail(sink),
-                metrics=metrics,
-            )
-
-            async def ready() -> bool:
-                return True
-
-            app = GatewayApp(
-                gateway, authenticator=Authenticator(config.auth), ready=ready, metrics=metrics
-            )
-            server = await asyncio.to_thread(LiveServer(app).start)
+            # The lifespan opens the engine and closes it and the audit trail at stop.
+            server = await asyncio.to_thread(LiveServer(build_service(config).app).start)
             payload = {"id": "c", "name": "add", "arguments": {"a": 1, "b": 2}}
-            async with httpx.AsyncClient(
-                base_url=server.url, headers={"X-API-Key": "demo-key-alice"}
-            ) as client:
+            limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+            try:
+                async with httpx.AsyncClient(
+                    base_url=server.url,
+                    headers={"X-API-Key": "demo-key-alice"},
+                    limits=limits,
+                    timeout=10.0,
+                ) as client:
 
-                async def once() -> None:
-                    response = await client.post("/v1/calls", json=payload)
-                    response.raise_for_status()
+                    async def once() -> None:
+                        response = await client.post("/v1/calls", json=payload)
+                        response.raise_for_status()
 
-                self.results["l_http_end_to_end"] = await time_async(once, self.n(2000), warmup=100)
-            await asyncio.to_thread(server.stop)
-            sink.close()
+                    return await time_async(once, n, warmup=50)
+            finally:
+                await asyncio.to_thread(server.stop)
 
 
 TOOLS = [add]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import statistics
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -920,38 +919,3 @@ async def test_the_audit_trail_of_a_session_verifies(
     lines[2] = lines[2].replace('"executed"', '"rejected"', 1).replace('"allow"', '"deny"', 1)
     gateway.audit_path.write_text("".join(lines), encoding="utf-8")
     assert cli_main(verify_keyed) == 1
-
-
-# -- latency (informative) ------------------------------------------------------------------
-
-
-async def test_end_to_end_latency_of_an_allowed_call(
-    start_gateway: GatewayFactory, engine_kind: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """p50/p99 of an allowed call over sequential requests on one keep-alive connection."""
-    report = []
-    # The decision cache on (the steady state of a repeated call) over 500 requests; off
-    # (every call evaluated by the engine) over fewer, to keep the suite fast.
-    for cache, count in ((True, 500), (False, 200)):
-        gateway = start_gateway(engine_kind, cache=cache)
-        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-        async with httpx.AsyncClient(base_url=gateway.url, limits=limits, timeout=10.0) as http:
-            body = call_body("add", {"a": 1, "b": 2})
-            for _ in range(20):  # warm up
-                assert (await post_call(http, ALICE, body)).status_code == 200
-            samples = []
-            for _ in range(count):
-                started = time.perf_counter()
-                response = await post_call(http, ALICE, body)
-                samples.append(time.perf_counter() - started)
-                assert response.status_code == 200
-        gateway.stop()
-        cuts = statistics.quantiles(samples, n=100)
-        report.append(
-            f"{engine_kind:8} cache={'on ' if cache else 'off'} n={count} "
-            f"p50={cuts[49] * 1000:.2f} ms p99={cuts[98] * 1000:.2f} ms"
-        )
-    with capsys.disabled():
-        print()
-        for line in report:
-            print(f"latency (allowed call, audit fsync=always): {line}")
