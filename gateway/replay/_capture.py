@@ -57,6 +57,7 @@ TAMPERED: Final = "tampered"
 MALFORMED: Final = "malformed"
 CONFLICTING: Final = "conflicting"
 MISMATCH: Final = "mismatch"
+DUPLICATE: Final = "duplicate"
 
 REASONS: Final = {
     NO_CAPTURE: "no capture record for this decision (capture off, a masked-only trail, "
@@ -69,10 +70,11 @@ REASONS: Final = {
     MALFORMED: "the capture record is not in the form the capture writes",
     CONFLICTING: "two different capture records name this decision",
     MISMATCH: "the capture record's tool or result differs from its trail record",
+    DUPLICATE: "the trail names this decision id more than once",
 }
 #: The reasons that mean the capture cannot be trusted (``--fail-on auth-failure``).
 AUTH_FAILURES: Final = frozenset(
-    {UNKNOWN_KEY_ID, WRONG_KEY, TAMPERED, MALFORMED, CONFLICTING, MISMATCH}
+    {UNKNOWN_KEY_ID, WRONG_KEY, TAMPERED, MALFORMED, CONFLICTING, MISMATCH, DUPLICATE}
 )
 
 

@@ -23,6 +23,7 @@ from gateway.policy._wasm import EmbeddedEngine
 from gateway.replay._capture import (
     AUTH_FAILURES,
     CONFLICTING,
+    DUPLICATE,
     MISMATCH,
     NO_CAPTURE,
     REASONS,
@@ -429,8 +430,10 @@ async def replay(
 
     try:
         for decision in trail_decisions(trail, report.unreadable_trail_lines):
+            # A decision id twice: one capture record would be counted twice.
+            repeated = decision.decision_id in seen
             seen.add(decision.decision_id)
-            opened = _opened(decision, index, keyring)
+            opened = DUPLICATE if repeated else _opened(decision, index, keyring)
             if isinstance(opened, str):
                 # In trail order: what is queued is counted first.
                 if batch:

@@ -459,3 +459,21 @@ def test_a_missing_trail_or_a_bad_key_ring_is_a_usage_error(
     assert "name the trail" in errors
     assert "no such trail" in errors
     assert "A" * 10 not in errors
+
+
+async def test_a_decision_record_repeated_in_the_trail_is_replayed_once_and_reported(
+    tmp_path: Path, baseline_engine: EmbeddedEngine, candidate_engine: EmbeddedEngine
+) -> None:
+    trail, capture, ids = await _recorded(tmp_path, baseline_engine)
+    audit = trail / "audit.jsonl"
+    lines = audit.read_text().splitlines(keepends=True)
+    audit.write_text("".join([*lines, lines[4]]))  # the third call's decision record again
+
+    report = await replay(
+        trail, candidate_engine, path="gateway/authz/decision", capture=capture, keyring=RING
+    )
+
+    assert report.replayed == len(CALLS)
+    assert [(i.decision_id, i.reason) for i in report.unreplayed] == [(ids[2], "duplicate")]
+    assert report.changes["deny-to-allow"] == 1
+    assert report.failures({"auth-failure"}) == {"auth-failure": 1}
