@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import http.client
 import io
 import json
 import os
 import posixpath
 import tarfile
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
@@ -32,6 +34,7 @@ from gateway.policy._errors import PolicyError, PolicyLoadError
 #: Default bound on a bundle's unpacked size.
 DEFAULT_MAX_BUNDLE_BYTES: Final = 64 << 20
 _MAX_FILES: Final = 10_000
+_CHUNK: Final = 1 << 16
 _MAX_DETAIL: Final = 300
 _MANIFEST: Final = ".manifest"
 _SIGNATURES: Final = ".signatures.json"
@@ -394,9 +397,10 @@ class BundlePoller:
         activate: called with each new verified bundle (e.g. ``WasmEngine.activate``); it
             raises :class:`gateway.policy.PolicyError` to refuse one.
         verification: the key signed bundles are checked with.
-        timeout_s: the HTTP timeout.
+        timeout_s: the most one download may take, from connecting to its last byte.
         headers: extra request headers (e.g. ``Authorization``).
         max_bytes: the largest bundle accepted.
+        etag: the ETag of the bundle already in force, if it came from this server.
     """
 
     def __init__(
@@ -408,6 +412,7 @@ class BundlePoller:
         timeout_s: float = 10.0,
         headers: Mapping[str, str] | None = None,
         max_bytes: int = DEFAULT_MAX_BUNDLE_BYTES,
+        etag: str | None = None,
     ) -> None:
         if not url.startswith(("http://", "https://")):
             raise ValueError("bundle URL must be http or https")
@@ -417,7 +422,7 @@ class BundlePoller:
         self._timeout_s = timeout_s
         self._headers = dict(headers or {})
         self._max_bytes = max_bytes
-        self._etag: str | None = None
+        self._etag = etag
         self.last_error: BundleError | None = None
 
     @property
@@ -430,10 +435,22 @@ class BundlePoller:
         if self._etag is not None:
             headers["If-None-Match"] = self._etag
         request = urllib.request.Request(self._url, headers=headers)  # noqa: S310 - checked
+        # timeout_s bounds the whole download, not each read: a server that sends a byte
+        # at a time cannot hold the poller for longer.
+        deadline = time.monotonic() + self._timeout_s
         try:
             with urllib.request.urlopen(request, timeout=self._timeout_s) as response:  # noqa: S310
-                body = response.read(self._max_bytes + 1)
-                return int(response.status), body, response.headers.get("ETag")
+                chunks: list[bytes] = []
+                size = 0
+                while size <= self._max_bytes:
+                    if time.monotonic() > deadline:
+                        raise TimeoutError("bundle download passed its deadline")
+                    chunk = response.read1(_CHUNK)
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+                    size += len(chunk)
+                return int(response.status), b"".join(chunks), response.headers.get("ETag")
         except urllib.error.HTTPError as exc:
             exc.close()
             return int(exc.code), b"", None
@@ -442,7 +459,7 @@ class BundlePoller:
         """Poll once (blocking; run it in a thread from async code)."""
         try:
             status, body, etag = self._download()
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, http.client.HTTPException) as exc:
             return self._failed(BundleError("bundle download failed", detail=type(exc).__name__))
         if status == 304:
             return PollResult("unchanged")

@@ -29,14 +29,17 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import dataclasses
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
 import tempfile
 import threading
 import time
+import urllib.parse
 import weakref
 from dataclasses import dataclass
 from decimal import Decimal
@@ -45,10 +48,14 @@ from typing import Any, Final
 
 from gateway.policy import _rego_value
 from gateway.policy._bundle import (
+    DEFAULT_MAX_BUNDLE_BYTES,
     Bundle,
     BundleError,
+    BundlePoller,
+    PollResult,
     VerificationKey,
     build_bundle,
+    digest_revision,
     policy_files,
     read_bundle,
 )
@@ -82,12 +89,19 @@ _RESULT_PREFIX: Final = b'{{"result": '
 _RESULT_SUFFIX: Final = b"}}"
 _UNDEFINED: Final = b"set()"
 _BUILD_MEMO: Final = 16
+_REVISIONS_KEPT: Final = 1024
+#: Default time between two polls of a bundle server (OPA's default is 60 s at most).
+DEFAULT_POLL_INTERVAL_S: Final = 10.0
+_LOG: Final = logging.getLogger("gateway.policy")
 
 
 @dataclass(frozen=True, slots=True)
 class _Loaded:
     bundle: Bundle
     policy: CompiledPolicy
+    #: The bundle's revision, made distinct if it names other contents than before.
+    revision: str
+    contents: str
 
 
 class _Overrun(Exception):  # noqa: N818 - control flow: the inline budget ran out
@@ -212,7 +226,14 @@ class EmbeddedEngine:
         self._local = threading.local()
         self._closed = False
         self._source: tuple[Path, Path, tuple[str, ...]] | None = None
-        self._loaded = self._compile(bundle)
+        self._contents: dict[str, str] = {}
+        self._loaded = self._distinct(self._compile(bundle))
+        self._poller: BundlePoller | None = None
+        self._polling: threading.Thread | None = None
+        self._stop_polling = threading.Event()
+        self._poll_lock = threading.Lock()
+        #: What the last poll of the bundle server did, if there was one.
+        self.last_poll: PollResult | None = None
         self._threads = concurrent.futures.ThreadPoolExecutor(
             max_workers=threads, thread_name_prefix="gateway-embedded"
         )
@@ -264,6 +285,149 @@ class EmbeddedEngine:
         engine._source = (root, binary, compiled)
         return engine
 
+    @classmethod
+    def from_bundle_server(
+        cls,
+        url: str,
+        *,
+        verification: VerificationKey | None = None,
+        poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
+        download_timeout_s: float = 10.0,
+        headers: dict[str, str] | None = None,
+        max_bundle_bytes: int = DEFAULT_MAX_BUNDLE_BYTES,
+        **options: Any,
+    ) -> EmbeddedEngine:
+        """Download a bundle from an OPA bundle server, serve it, and follow the server.
+
+        The first download must succeed (and verify, with a key); afterwards the server is
+        polled every ``poll_interval_s`` as :meth:`start_polling` describes.
+
+        Raises:
+            BundleError: the first download, its verification or its loading failed.
+        """
+        first: list[Bundle] = []
+        probe = BundlePoller(
+            url,
+            activate=first.append,
+            verification=verification,
+            timeout_s=download_timeout_s,
+            headers=headers,
+            max_bytes=max_bundle_bytes,
+        )
+        result = probe.poll()
+        if not first:
+            raise result.error or BundleError("bundle server sent no bundle")
+        options.setdefault("identity", f"embedded:{_public_url(url)}")
+        engine = cls(first[0], **options)
+        engine.start_polling(
+            url,
+            verification=verification,
+            interval_s=poll_interval_s,
+            download_timeout_s=download_timeout_s,
+            headers=headers,
+            max_bundle_bytes=max_bundle_bytes,
+            etag=probe.etag,
+        )
+        return engine
+
+    def start_polling(
+        self,
+        url: str,
+        *,
+        verification: VerificationKey | None = None,
+        interval_s: float = DEFAULT_POLL_INTERVAL_S,
+        download_timeout_s: float = 10.0,
+        headers: dict[str, str] | None = None,
+        max_bundle_bytes: int = DEFAULT_MAX_BUNDLE_BYTES,
+        etag: str | None = None,
+    ) -> None:
+        """Poll an OPA bundle server every ``interval_s`` on a daemon thread, as OPA does.
+
+        Each poll is one GET with the last ETag (``304``: unchanged). A new bundle is
+        verified (with a key), compiled and checked before it is put in force between two
+        evaluations; a download, verification or load that fails keeps the bundle in force
+        and is logged, and the next poll tries again. A new revision makes the decisions
+        cached under the old one unused. A new bundle is in force at most ``interval_s``
+        plus one download and compilation after the server has it.
+
+        Raises:
+            ValueError: a URL that is not http(s), a non-positive interval, or a poller
+                already running.
+        """
+        if not interval_s > 0:
+            raise ValueError("interval_s must be positive")
+        poller = BundlePoller(
+            url,
+            activate=self.activate,
+            verification=verification,
+            timeout_s=download_timeout_s,
+            headers=headers,
+            max_bytes=max_bundle_bytes,
+            etag=etag,
+        )
+        with self._lock:
+            if self._polling is not None:
+                raise ValueError("this engine already polls a bundle server")
+            if self._closed:
+                raise EngineUnavailableError("embedded engine is closed")
+            self._poller = poller
+            self._stop_polling.clear()
+            self._polling = threading.Thread(
+                target=self._follow,
+                args=(poller, float(interval_s), self._stop_polling),
+                name="gateway-bundle-poll",
+                daemon=True,
+            )
+        self._polling.start()
+
+    def _follow(self, poller: BundlePoller, interval_s: float, stop: threading.Event) -> None:
+        while not stop.wait(interval_s):
+            self._poll_with(poller)
+
+    def _poll_with(self, poller: BundlePoller) -> PollResult:
+        with self._poll_lock:
+            try:
+                result = poller.poll()
+            except Exception as exc:  # noqa: BLE001 - polling goes on; the bundle in force stays
+                result = PollResult(
+                    "failed", error=BundleError("bundle poll failed", detail=type(exc).__name__)
+                )
+            self.last_poll = result
+        if result.error is not None:
+            _LOG.warning(
+                "bundle poll failed, revision %s stays in force: %s (%s)",
+                self.revision(),
+                result.error,
+                result.error.detail or "",
+            )
+        elif result.outcome == "activated":
+            _LOG.info("bundle revision %s in force", self.revision())
+        return result
+
+    def poll_now(self) -> PollResult:
+        """Poll the bundle server once, now, on the calling thread (it blocks).
+
+        Raises:
+            BundleError: this engine polls no bundle server.
+        """
+        poller = self._poller
+        if poller is None:
+            raise BundleError("engine polls no bundle server")
+        return self._poll_with(poller)
+
+    def stop_polling(self) -> None:
+        """Stop polling (idempotent); a poll under way finishes first."""
+        with self._lock:
+            thread, self._polling = self._polling, None
+            self._stop_polling.set()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    @property
+    def polling(self) -> bool:
+        """Whether a bundle server is being polled."""
+        return self._polling is not None
+
     def reload(self) -> bool:
         """Rebuild from the directory this engine was compiled from; keep the old on failure.
 
@@ -299,8 +463,13 @@ class EmbeddedEngine:
         return tuple(self._loaded.policy.entrypoints)
 
     def revision(self) -> str:
-        """The revision of the bundle in force (its manifest's, else a digest of it)."""
-        return self._loaded.bundle.revision
+        """The revision of the bundle in force: its manifest's, else a digest of it.
+
+        A revision seen before with other contents (republished without a new revision)
+        is followed by ``+`` and a digest of the contents, so decisions cached under the
+        earlier contents are not reused.
+        """
+        return self._loaded.revision
 
     def _compile(self, bundle: Bundle) -> _Loaded:
         try:
@@ -311,7 +480,18 @@ class EmbeddedEngine:
             raise BundleError(
                 "policy bundle failed to load", detail=str(exc)[:_MAX_DETAIL]
             ) from None
-        return _Loaded(bundle, policy)
+        contents = digest_revision(bundle.wasm, bundle.data)
+        return _Loaded(bundle, policy, bundle.revision, contents)
+
+    def _distinct(self, loaded: _Loaded) -> _Loaded:
+        # Decisions are cached by revision: a revision that names other contents than it did
+        # before (a bundle republished without a new revision) gets a revision of its own.
+        first = self._contents.setdefault(loaded.bundle.revision, loaded.contents)
+        if len(self._contents) > _REVISIONS_KEPT:
+            self._contents.pop(next(iter(self._contents)))
+        if first == loaded.contents:
+            return loaded
+        return dataclasses.replace(loaded, revision=f"{loaded.bundle.revision}+{loaded.contents}")
 
     def activate(self, bundle: Bundle) -> bool:
         """Put a new bundle in force once it compiles and loads; keep the old one otherwise.
@@ -324,7 +504,8 @@ class EmbeddedEngine:
         """
         loaded = self._compile(bundle)
         with self._lock:
-            changed = loaded.bundle.revision != self._loaded.bundle.revision
+            loaded = self._distinct(loaded)
+            changed = loaded.revision != self._loaded.revision
             self._loaded = loaded
         return changed
 
@@ -334,6 +515,7 @@ class EmbeddedEngine:
         An evaluation already running keeps its deadline: the clock stops once it is past.
         """
         self._closed = True
+        self.stop_polling()
         self._threads.shutdown(wait=False, cancel_futures=True)
         self._finalizer.detach()
         stopper = threading.Timer(self._timeout_s + 2 * self._tick_s, self._ticker.stop)
@@ -357,7 +539,7 @@ class EmbeddedEngine:
         if self._closed:
             raise EngineUnavailableError("embedded engine is closed")
         loaded = self._loaded
-        revision = loaded.bundle.revision
+        revision = loaded.revision
         entrypoint = loaded.policy.entrypoints.get(path)
         if entrypoint is None:
             # Only compiled entrypoints can be asked; anything else has no decision.
@@ -450,6 +632,19 @@ class EmbeddedEngine:
 
 #: The former name of :class:`EmbeddedEngine`.
 WasmEngine = EmbeddedEngine
+
+
+def _public_url(url: str) -> str:
+    # A bundle URL as it may appear in names and logs: no credentials, query or fragment.
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        port = ""
+    return f"{parts.scheme}://{host}{port}{parts.path}"
 
 
 def _without_surrogate_escapes(document: bytes) -> bytes:

@@ -3,10 +3,11 @@
 Use these instead of monkeypatching: ``StaticAuthorizer`` and ``RecordingAuthorizer`` for
 the Authorizer protocol, ``RecordingTool`` for Tool, ``FakeClock`` for every ``clock=``
 parameter, ``GatedFsync`` for a file sink's ``sync_file``, ``GatedEngine`` for an engine that
-answers only when a test lets it, and ``OpaServer`` to run a real
-``opa`` binary on loopback.
+answers only when a test lets it, ``OpaServer`` to run a real
+``opa`` binary on loopback, and ``BundleServer`` to serve bundles as OPA's bundle servers do.
 """
 
+from gateway.testing._bundle_server import BundleServer
 from gateway.testing._engines import UNDEFINED, StaticEngine
 from gateway.testing._fakes import FakeClock, RecordingAuthorizer, RecordingTool, StaticAuthorizer
 from gateway.testing._fsync import GatedFsync
@@ -16,6 +17,7 @@ from gateway.testing._opa_server import OpaContainer, OpaServer, find_opa_binary
 
 __all__ = [
     "UNDEFINED",
+    "BundleServer",
     "FakeClock",
     "GatedEngine",
     "GatedFsync",

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import io
+import socket
 import tarfile
 import threading
 from collections.abc import Iterator, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Final
 
@@ -21,7 +21,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.policy import EmbeddedEngine
+from gateway import Decision
+from gateway.policy import CachingAuthorizer, DecisionCache, EmbeddedEngine
 from gateway.policy._bundle import (
     Bundle,
     BundleError,
@@ -30,6 +31,8 @@ from gateway.policy._bundle import (
     build_bundle,
     read_bundle,
 )
+from gateway.testing import BundleServer
+from tests.policy.conftest import authorization
 
 POLICY: Final = """package signed
 
@@ -315,60 +318,11 @@ def test_arbitrary_bytes_raise_only_bundle_errors(raw: bytes) -> None:
 # -- polling --------------------------------------------------------------------------------
 
 
-class _BundleServer:
-    """A bundle server on 127.0.0.1: serves ``body`` with ``etag``; 304 on a matching ETag."""
-
-    def __init__(self) -> None:
-        self.body = b""
-        self.etag = '"0"'
-        self.status = 200
-        self.requests: list[Mapping[str, str]] = []
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_GET(self) -> None:
-                owner.requests.append(dict(self.headers))
-                if owner.status != 200:
-                    self.send_response(owner.status)
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
-                if self.headers.get("If-None-Match") == owner.etag:
-                    self.send_response(304)
-                    self.send_header("ETag", owner.etag)
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
-                self.send_response(200)
-                self.send_header("ETag", owner.etag)
-                self.send_header("Content-Length", str(len(owner.body)))
-                self.end_headers()
-                self.wfile.write(owner.body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/bundles/gateway.tar.gz"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def serve(self, body: bytes, etag: str) -> None:
-        self.body, self.etag, self.status = body, etag, 200
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
-def server() -> Iterator[_BundleServer]:
+def server() -> Iterator[BundleServer]:
     """A running bundle server, stopped afterwards."""
-    running = _BundleServer()
-    yield running
-    running.close()
+    with BundleServer() as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
@@ -389,14 +343,14 @@ def revisions(
 
 
 def _engine_and_poller(
-    server: _BundleServer, revisions: dict[str, bytes], key: VerificationKey
+    server: BundleServer, revisions: dict[str, bytes], key: VerificationKey
 ) -> tuple[EmbeddedEngine, BundlePoller]:
     engine = EmbeddedEngine(read_bundle(revisions["rev-1"], verification=key))
     return engine, BundlePoller(server.url, activate=engine.activate, verification=key, timeout_s=5)
 
 
 def test_polling_activates_a_new_bundle_and_then_asks_with_its_etag(
-    server: _BundleServer,
+    server: BundleServer,
     revisions: dict[str, bytes],
     keys: dict[str, tuple[Path, VerificationKey]],
 ) -> None:
@@ -416,7 +370,7 @@ def test_polling_activates_a_new_bundle_and_then_asks_with_its_etag(
 
 
 def test_a_bundle_that_fails_verification_keeps_the_last_good_one(
-    server: _BundleServer,
+    server: BundleServer,
     revisions: dict[str, bytes],
     keys: dict[str, tuple[Path, VerificationKey]],
 ) -> None:
@@ -437,7 +391,7 @@ def test_a_bundle_that_fails_verification_keeps_the_last_good_one(
 
 
 def test_a_bundle_the_engine_refuses_keeps_the_last_good_one(
-    server: _BundleServer, revisions: dict[str, bytes]
+    server: BundleServer, revisions: dict[str, bytes]
 ) -> None:
     engine = EmbeddedEngine(read_bundle(revisions["rev-1"]))
     poller = BundlePoller(server.url, activate=engine.activate)
@@ -450,7 +404,7 @@ def test_a_bundle_the_engine_refuses_keeps_the_last_good_one(
 
 @pytest.mark.parametrize("status", [404, 500, 503])
 def test_a_server_error_keeps_the_last_good_bundle(
-    server: _BundleServer,
+    server: BundleServer,
     revisions: dict[str, bytes],
     keys: dict[str, tuple[Path, VerificationKey]],
     status: int,
@@ -465,7 +419,7 @@ def test_a_server_error_keeps_the_last_good_bundle(
 def test_an_unreachable_server_keeps_the_last_good_bundle(
     revisions: dict[str, bytes], keys: dict[str, tuple[Path, VerificationKey]]
 ) -> None:
-    stopped = _BundleServer()
+    stopped = BundleServer()
     stopped.close()
     engine, poller = _engine_and_poller(stopped, revisions, keys["RS256"][1])
     assert poller.poll().outcome == "failed"
@@ -473,7 +427,7 @@ def test_an_unreachable_server_keeps_the_last_good_bundle(
 
 
 def test_an_oversized_download_is_refused(
-    server: _BundleServer, revisions: dict[str, bytes]
+    server: BundleServer, revisions: dict[str, bytes]
 ) -> None:
     engine = EmbeddedEngine(read_bundle(revisions["rev-1"]))
     poller = BundlePoller(server.url, activate=engine.activate, max_bytes=1000)
@@ -490,3 +444,289 @@ def test_only_http_urls_are_polled() -> None:
 def test_bundle_values_compare_by_content(unsigned: bytes) -> None:
     assert isinstance(read_bundle(unsigned), Bundle)
     assert read_bundle(unsigned) == read_bundle(unsigned)
+
+
+# -- an engine following a bundle server ----------------------------------------------------
+
+LIMITS: Final = {"rev-1": "1.50", "rev-2": "2.50", "rev-3": "3.50"}
+
+
+@pytest.fixture(scope="module")
+def releases(
+    opa_binary: str,
+    keys: dict[str, tuple[Path, VerificationKey]],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, bytes]:
+    """Three revisions whose data differ (``limit``), signed by opa with the RS256 key;
+    ``rev-2-unsigned`` and ``rev-2-other-key`` are rev-2 unsigned and signed with another key,
+    and ``rev-1-republished`` names revision rev-1 over rev-3's contents."""
+    out = tmp_path_factory.mktemp("releases")
+    built: dict[str, bytes] = {}
+    other_private, other_public = _pem_pair(rsa.generate_private_key(65537, 2048))
+    (out / "other.pem").write_bytes(other_private)
+    other = (out / "other.pem", VerificationKey(other_public, "RS256"))
+    for revision, limit in LIMITS.items():
+        root = out / revision
+        (root / "signed" / "deep").mkdir(parents=True)
+        (root / "signed" / "policy.rego").write_text(POLICY)
+        (root / "signed" / "data.json").write_text(DATA.replace("1.50", limit))
+        (root / "signed" / "deep" / "data.json").write_text(DEEP_DATA)
+        built[revision] = _build(
+            opa_binary, root, out / f"{revision}.tar.gz", revision=revision, key=keys["RS256"]
+        )
+    built["rev-2-unsigned"] = _build(opa_binary, out / "rev-2", out / "u.tar.gz", revision="rev-2")
+    built["rev-2-other-key"] = _build(
+        opa_binary, out / "rev-2", out / "o.tar.gz", revision="rev-2", key=other
+    )
+    built["rev-1-republished"] = _build(
+        opa_binary, out / "rev-3", out / "r.tar.gz", revision="rev-1", key=keys["RS256"]
+    )
+    return built
+
+
+def _limit(engine: EmbeddedEngine) -> str:
+    return str(engine.evaluate_sync(ENTRYPOINT, b"{}").value["limit"])
+
+
+def _follow(server: BundleServer, key: VerificationKey, **options: Any) -> EmbeddedEngine:
+    # A long interval: the tests poll with poll_now(), except where the thread is the point.
+    options.setdefault("poll_interval_s", 3600)
+    options.setdefault("download_timeout_s", 5)
+    return EmbeddedEngine.from_bundle_server(server.url, verification=key, **options)
+
+
+def _rounds(server: BundleServer, count: int) -> None:
+    # The poller asks again only once it has acted on the previous answer, so `count`
+    # more answered requests mean the answer before them is in force.
+    assert server.wait_for_requests(server.answered + count)
+
+
+def test_an_engine_follows_its_bundle_server_to_each_new_signed_revision(
+    server: BundleServer,
+    releases: dict[str, bytes],
+    keys: dict[str, tuple[Path, VerificationKey]],
+) -> None:
+    server.serve(releases["rev-1"], '"e1"')
+    with _follow(server, keys["RS256"][1], poll_interval_s=0.01) as engine:
+        assert (engine.revision(), _limit(engine)) == ("rev-1", "1.50")
+        assert engine.polling
+        server.serve(releases["rev-2"], '"e2"')
+        _rounds(server, 2)
+        assert (engine.revision(), _limit(engine)) == ("rev-2", "2.50")
+        assert engine.last_poll is not None
+        assert engine.last_poll.outcome in ("activated", "unchanged")
+        # Unchanged bundles are asked for with their ETag and answered 304.
+        _rounds(server, 1)
+        assert server.requests[-1]["If-None-Match"] == '"e2"'
+        assert engine.last_poll.outcome == "unchanged"
+        engine.stop_polling()
+        assert not engine.polling
+    assert engine.identity == f"embedded:{server.url}"
+
+
+@pytest.mark.parametrize("forged", ["rev-2-unsigned", "rev-2-other-key", "tampered", "junk"])
+def test_a_bundle_that_fails_verification_on_the_server_keeps_the_last_good_one(
+    server: BundleServer,
+    releases: dict[str, bytes],
+    keys: dict[str, tuple[Path, VerificationKey]],
+    forged: str,
+) -> None:
+    server.serve(releases["rev-1"], '"e1"')
+    with _follow(server, keys["RS256"][1]) as engine:
+        if forged == "tampered":
+            files = _files(releases["rev-2"])
+            files["data.json"] = files["data.json"].replace(b"2.50", b"9000")
+            body = _archive(files)
+        elif forged == "junk":
+            body = b"not a bundle at all"
+        else:
+            body = releases[forged]
+        server.serve(body, '"forged"')
+        result = engine.poll_now()
+        assert result.outcome == "failed"
+        assert result.error is not None
+        assert result.error.code == "policy_load_error"
+        assert (engine.revision(), _limit(engine)) == ("rev-1", "1.50")
+        # The refused bundle's ETag is not remembered, and the next good bundle goes in.
+        server.serve(releases["rev-2"], '"e2"')
+        assert engine.poll_now().outcome == "activated"
+        assert server.requests[-1]["If-None-Match"] == '"e1"'
+
+        assert (engine.revision(), _limit(engine)) == ("rev-2", "2.50")
+
+
+@pytest.mark.parametrize("status", [404, 500, 503])
+def test_a_failing_bundle_server_keeps_the_last_good_bundle_and_is_polled_again(
+    server: BundleServer,
+    releases: dict[str, bytes],
+    keys: dict[str, tuple[Path, VerificationKey]],
+    status: int,
+) -> None:
+    server.serve(releases["rev-1"], '"e1"')
+    with _follow(server, keys["RS256"][1], poll_interval_s=0.01) as engine:
+        server.fail(status)
+        _rounds(server, 2)
+        assert engine.last_poll is not None
+        assert engine.last_poll.outcome == "failed"
+        assert _limit(engine) == "1.50"
+        server.serve(releases["rev-3"], '"e3"')
+        _rounds(server, 2)
+        assert (engine.revision(), _limit(engine)) == ("rev-3", "3.50")
+
+
+@pytest.mark.parametrize("first", ["rev-2-unsigned", "rev-2-other-key"])
+def test_an_engine_does_not_start_on_a_bundle_that_fails_verification(
+    server: BundleServer,
+    releases: dict[str, bytes],
+    keys: dict[str, tuple[Path, VerificationKey]],
+    first: str,
+) -> None:
+    server.serve(releases[first], '"e"')
+    with pytest.raises(BundleError):
+        _follow(server, keys["RS256"][1])
+
+
+def test_an_engine_does_not_start_without_its_bundle_server(
+    releases: dict[str, bytes], keys: dict[str, tuple[Path, VerificationKey]]
+) -> None:
+    stopped = BundleServer()
+    stopped.close()
+    with pytest.raises(BundleError):
+        _follow(stopped, keys["RS256"][1])
+
+
+async def test_a_new_revision_from_the_server_is_not_answered_from_cached_decisions(
+    server: BundleServer,
+    releases: dict[str, bytes],
+    keys: dict[str, tuple[Path, VerificationKey]],
+) -> None:
+    server.serve(releases["rev-1"], '"e1"')
+    with _follow(server, keys["RS256"][1]) as engine:
+        cache = DecisionCache(max_ttl=3600)
+        decide = CachingAuthorizer(
+            lambda document: _limit_decision(engine),
+            engine=engine.identity,
+            path=ENTRYPOINT,
+            revision=engine.revision,
+            cache=cache,
+        )
+        assert (await decide.authorize(_AUTHORIZATION)).reasons == ("1.50",)
+        assert (await decide.authorize(_AUTHORIZATION)).reasons == ("1.50",)
+        server.serve(releases["rev-2"], '"e2"')
+        assert engine.poll_now().outcome == "activated"
+        assert (await decide.authorize(_AUTHORIZATION)).reasons == ("2.50",)
+        # The same revision name over other contents is a revision of its own too.
+        server.serve(releases["rev-1"], '"e1"')
+        assert engine.poll_now().outcome == "activated"
+        assert (await decide.authorize(_AUTHORIZATION)).reasons == ("1.50",)
+        server.serve(releases["rev-1-republished"], '"r1"')
+        assert engine.poll_now().outcome == "activated"
+        assert engine.revision().startswith("rev-1+sha256:")
+        assert (await decide.authorize(_AUTHORIZATION)).reasons == ("3.50",)
+        # Hits: the second call, and rev-1 again over the contents its entry was made by.
+        assert cache.stats().hits == 2
+
+
+_AUTHORIZATION: Final = authorization()
+
+
+async def _limit_decision(engine: EmbeddedEngine) -> Decision:
+    return Decision(allowed=True, reasons=(_limit(engine),), cache_ttl=3600)
+
+
+def test_bundles_swap_between_evaluations_never_within_one(
+    server: BundleServer,
+    releases: dict[str, bytes],
+    keys: dict[str, tuple[Path, VerificationKey]],
+) -> None:
+    server.serve(releases["rev-1"], '"e1"')
+    with _follow(server, keys["RS256"][1]) as engine:
+        mismatched: list[tuple[str | None, str]] = []
+        done = threading.Event()
+
+        def evaluate() -> None:
+            while not done.is_set():
+                answer = engine.evaluate_sync(ENTRYPOINT, b"{}")
+                limit = str(answer.value["limit"])
+                if answer.revision is None or LIMITS.get(answer.revision) != limit:
+                    mismatched.append((answer.revision, limit))
+
+        workers = [threading.Thread(target=evaluate) for _ in range(2)]
+        for worker in workers:
+            worker.start()
+        try:
+            for index in range(6):
+                revision = ("rev-2", "rev-3", "rev-1")[index % 3]
+                server.serve(releases[revision], f'"{index}"')
+                assert engine.poll_now().outcome == "activated"
+        finally:
+            done.set()
+            for worker in workers:
+                worker.join()
+        assert mismatched == []
+
+
+def test_a_download_slower_than_its_deadline_fails_and_keeps_the_bundle(
+    server: BundleServer,
+    releases: dict[str, bytes],
+    keys: dict[str, tuple[Path, VerificationKey]],
+) -> None:
+    server.serve(releases["rev-1"], '"e1"')
+    with _follow(server, keys["RS256"][1], download_timeout_s=0.5) as engine:
+        server.serve(releases["rev-2"], '"e2"')
+        # 4 KiB every 50 ms: every read is in time, the whole (about 2 s) is not.
+        server.drip_s, server.drip_bytes = 0.05, 4096
+        assert len(releases["rev-2"]) > 12 * 4096
+        result = engine.poll_now()
+        assert result.outcome == "failed"
+        assert result.error is not None
+        assert result.error.detail == "TimeoutError"
+        assert engine.revision() == "rev-1"
+
+
+def test_a_reply_that_is_not_http_is_a_failed_poll_not_an_error() -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/bundle.tar.gz"
+
+        def garble() -> None:
+            connection, _ = listener.accept()
+            with connection:
+                connection.recv(65536)
+                connection.sendall(b"HTTP/1.1 abc garbage\r\n\r\n")
+
+        replier = threading.Thread(target=garble)
+        replier.start()
+        result = BundlePoller(url, activate=lambda bundle: None, timeout_s=5).poll()
+        replier.join()
+    assert result.outcome == "failed"
+
+
+def test_polling_is_started_once_and_stopped_by_close(
+    server: BundleServer,
+    releases: dict[str, bytes],
+    keys: dict[str, tuple[Path, VerificationKey]],
+) -> None:
+    server.serve(releases["rev-1"], '"e1"')
+    engine = _follow(server, keys["RS256"][1])
+    with pytest.raises(ValueError, match="already"):
+        engine.start_polling(server.url)
+    engine.close()
+    assert not engine.polling
+    with pytest.raises(ValueError, match="positive"):
+        EmbeddedEngine(read_bundle(releases["rev-1"])).start_polling(server.url, interval_s=0)
+
+
+def test_credentials_in_a_bundle_url_stay_out_of_the_engine_identity(
+    server: BundleServer,
+    releases: dict[str, bytes],
+    keys: dict[str, tuple[Path, VerificationKey]],
+) -> None:
+    server.serve(releases["rev-1"], '"e1"')
+    secret_url = server.url + "?token=s3cret#s3cret"
+    with EmbeddedEngine.from_bundle_server(
+        secret_url, verification=keys["RS256"][1], poll_interval_s=3600
+    ) as engine:
+        assert "s3cret" not in engine.identity
+        assert engine.identity == f"embedded:{server.url}"
