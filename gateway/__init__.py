@@ -11,7 +11,6 @@ from gateway._authorization import (
     Authorizer,
     AuthorizerFunc,
     Decision,
-    MalformedDecisionError,
 )
 from gateway._call import ToolCall
 from gateway._contract import (
@@ -38,6 +37,8 @@ from gateway._errors import (
     InvalidToolError,
     InvalidToolOutputError,
     InvalidWrappingChainError,
+    MalformedDecisionError,
+    NoDecisionError,
 )
 from gateway._failure import Failure, FailureKind
 from gateway._func import Func, function_tool
@@ -74,6 +75,7 @@ __all__ = [
     "Invocation",
     "MalformedDecisionError",
     "MediaContent",
+    "NoDecisionError",
     "Registry",
     "TextContent",
     "Tool",

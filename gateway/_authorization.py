@@ -1,4 +1,7 @@
-"""What a policy sees and answers: Authorization, Authorizer, Decision, AuthorizationError."""
+"""What a policy sees and answers: Authorization, Authorizer, Decision, AuthorizationError.
+
+:func:`read_answer` is the one strict reading of an authorizer's answer.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Protocol, runtime_checkable
 
 from gateway._definition import ToolDefinition
-from gateway._errors import GatewayError, InvalidToolError
+from gateway._errors import GatewayError, InvalidToolError, MalformedDecisionError, NoDecisionError
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +89,23 @@ class Authorizer(Protocol):
         ...
 
 
+def read_answer(answer: object, *, engine: str | None = None) -> Decision:
+    """Read an authorizer's answer strictly: exactly ``True``/``False``, or a Decision.
+
+    A bool becomes a ``Decision`` (naming ``engine``, when given); a well-formed Decision is
+    returned as it is. ``1``, ``"true"``, ``None`` or a Decision with a field of the wrong
+    type are not answers.
+
+    Raises:
+        MalformedDecisionError: anything else; the message names only the answer's type.
+    """
+    if answer is True or answer is False:
+        return Decision(allowed=answer, engine=engine)
+    if isinstance(answer, Decision) and answer.well_formed():
+        return answer
+    raise MalformedDecisionError(f"authorizer returned {type(answer).__name__}")
+
+
 AuthorizerFunction = Callable[[Authorization], "bool | Decision | Awaitable[bool | Decision]"]
 
 
@@ -121,11 +141,11 @@ class AuthorizationError(GatewayError):
 
     The cause is sealed: it is reachable only through :attr:`cause`, never through
     ``__cause__``, ``__context__``, ``str()`` or ``repr()``. ``code`` is the cause's own
-    stable code when a layer above the core raised one of its errors (the policy layer's
-    ``engine_timeout``, ``undefined_decision``, ...; the audit trail's ``audit_failed``) or
-    the answer was malformed (``malformed_decision``), else ``no_decision``. The core's own
-    tool errors (a dependency's ``Failure``, an ``InvalidToolError``) never lend their code:
-    they are not about this decision.
+    stable code when the cause is a :class:`NoDecisionError` (the policy layer's
+    ``engine_timeout``, ``undefined_decision``, ...; the audit trail's ``audit_failed``; a
+    malformed answer's ``malformed_decision``), else ``no_decision``. No other error lends
+    its code: a dependency's ``Failure`` or an ``InvalidToolError`` raised inside a policy is
+    about some other tool, and its code would tell the caller something false about this one.
     """
 
     code: ClassVar[str] = "no_decision"
@@ -139,9 +159,8 @@ class AuthorizationError(GatewayError):
         super().__init__(message)
         self._tool_name = tool_name
         self._cause = cause
-        cause_code = _no_decision_code(cause)
-        if cause_code is not None:
-            self.code = cause_code  # type: ignore[misc]  # instance refinement of the class code
+        if isinstance(cause, NoDecisionError):
+            self.code = cause.code  # type: ignore[misc]  # instance refinement of the class code
 
     @property
     def cause(self) -> BaseException | None:
@@ -155,32 +174,3 @@ class AuthorizationError(GatewayError):
 
     def __repr__(self) -> str:
         return f"AuthorizationError(tool={self._tool_name!r}, code={self.code!r})"
-
-
-class MalformedDecisionError(GatewayError):
-    """An authorizer returned something other than a bool or a well-formed Decision."""
-
-    code: ClassVar[str] = "malformed_decision"
-
-
-def _is_core_error(klass: type) -> bool:
-    # The core's own tool and contract errors (Failure, InvalidToolError, a nested
-    # AuthorizationError, ...), subclasses included; GatewayError itself is only the root.
-    return klass is not GatewayError and klass.__module__.startswith("gateway._")
-
-
-def _no_decision_code(cause: BaseException | None) -> str | None:
-    # A GatewayError from another layer says why there is no decision (the policy layer's
-    # engine_timeout, the audit trail's audit_failed), and so does a malformed answer. The
-    # core's tool errors never do: raised inside a policy they describe some other tool,
-    # and their code ("tool_failure", "invalid_tool") would tell the caller something false
-    # about the guarded one. The core must not import the layers above it, so they are
-    # recognised as "not the core".
-    if not isinstance(cause, GatewayError):
-        return None
-    if not isinstance(cause, MalformedDecisionError) and any(
-        _is_core_error(klass) for klass in type(cause).__mro__
-    ):
-        return None
-    code = getattr(cause, "code", None)
-    return code if isinstance(code, str) else None

@@ -11,10 +11,17 @@ logs, metrics, audit records and HTTP responses share::
     ├── DuplicateToolError          a registry already holds (or was handed twice) a name
     ├── InvalidFailureError         a Failure was built from invalid parts
     ├── InvalidToolOutputError      a tool result is not a valid ToolOutput
+    ├── NoDecisionError             why no decision was established (a layer above says)
+    │   └── PolicyError             the policy established none (root of gateway.policy's)
+    │       └── MalformedDecisionError  an answer that is not a decision
     ├── AuthorizationError          no policy decision could be established (sealed cause)
     └── Failure                     a definite unsuccessful outcome (failed / rejected)
 
 ``AuthorizationError`` and ``Failure`` live in their own modules because they own behaviour.
+A :class:`NoDecisionError` is how a layer above the core (the policy engines, the audit
+trail, an application's authorizer) says why there is no decision: raised inside an
+authorizer, it lends its ``code`` to the ``AuthorizationError`` that seals it. No other
+exception does.
 """
 
 from __future__ import annotations
@@ -68,3 +75,40 @@ class InvalidToolOutputError(GatewayError, ValueError):
     """A tool result is not a valid ToolOutput (bad content item or invalid JSON details)."""
 
     code: ClassVar[str] = "invalid_tool_output"
+
+
+class NoDecisionError(GatewayError):
+    """Why no policy decision could be established, in a code the caller may see.
+
+    Raised inside an authorizer, its ``code`` becomes the code of the
+    :class:`gateway.AuthorizationError` that seals it; its message and ``detail`` stay
+    sealed.
+
+    Args:
+        message: what went wrong, never quoting an argument value.
+        detail: engine-internal text for the audit trail only; never shown to callers.
+    """
+
+    code: ClassVar[str] = "no_decision"
+
+    def __init__(self, message: str, *, detail: str | None = None) -> None:
+        super().__init__(message)
+        #: Engine-internal text for the audit trail only; never shown to callers.
+        self.detail = detail
+
+
+class PolicyError(NoDecisionError):
+    """A policy (an authorizer, or the engine behind one) that established no decision."""
+
+    code: ClassVar[str] = "policy_error"
+
+
+class MalformedDecisionError(PolicyError):
+    """An answer that is not a decision.
+
+    An authorizer's answer other than exactly ``True``/``False`` or a well-formed
+    :class:`gateway.Decision`, or an engine's decision document that is neither a boolean
+    nor a valid decision object.
+    """
+
+    code: ClassVar[str] = "malformed_decision"

@@ -6,16 +6,10 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any, Final, TypeVar
 
-from gateway._authorization import (
-    Authorization,
-    AuthorizationError,
-    Authorizer,
-    Decision,
-    MalformedDecisionError,
-)
+from gateway._authorization import Authorization, AuthorizationError, Authorizer, read_answer
 from gateway._contract import Invocation, Tool
 from gateway._definition import ToolDefinition
-from gateway._errors import InvalidToolError
+from gateway._errors import InvalidToolError, MalformedDecisionError
 from gateway._failure import Failure, FailureKind
 from gateway._output import ToolOutput
 
@@ -27,15 +21,6 @@ _REFUSAL: Final = 'error: tool "{name}" is not authorized'
 def _cancel_requested() -> bool:
     task = asyncio.current_task()
     return task is not None and task.cancelling() > 0
-
-
-def _read(result: object) -> Decision | None:
-    # Only exact bools and well-formed Decisions count; 1, "true" or None are no decision.
-    if result is True or result is False:
-        return Decision(allowed=result)
-    if isinstance(result, Decision) and result.well_formed():
-        return result
-    return None
 
 
 class Guard:
@@ -122,14 +107,14 @@ class Guard:
         # never becomes an AuthorizationError or a Failure.
         if _cancel_requested():
             raise asyncio.CancelledError
-        # Raised outside the except block so that nothing is chained into __context__.
+        if cause is None:
+            try:
+                decision = read_answer(result)
+            except MalformedDecisionError as exc:
+                cause = exc
+        # Raised outside the except blocks so that nothing is chained into __context__.
         if cause is not None:
             raise AuthorizationError(name, cause)
-        decision = _read(result)
-        if decision is None:
-            raise AuthorizationError(
-                name, MalformedDecisionError(f"authorizer returned {type(result).__name__}")
-            )
         if decision.allowed is not True:
             raise Failure(FailureKind.REJECTED, decision.message or _REFUSAL.format(name=name))
         return await self._tool.call(invocation)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gateway import (
     Authorization,
@@ -18,13 +22,17 @@ from gateway import (
     GatewayError,
     InvalidToolError,
     MalformedDecisionError,
+    NoDecisionError,
     ToolDefinition,
 )
+from gateway._authorization import read_answer
+from gateway.audit import AuditWriteError
 from gateway.policy import (
     CoalescedEvaluationError,
     EngineError,
     EngineTimeoutError,
     EngineUnavailableError,
+    InvalidContextError,
     PolicyError,
     UndefinedDecisionError,
 )
@@ -275,10 +283,16 @@ def test_authorization_error_is_a_gateway_error_and_not_the_causes_type() -> Non
     assert not isinstance(error, TimeoutError)
 
 
-class AuditLikeError(GatewayError):
+class AuditLikeError(NoDecisionError):
     """An error of a layer above the core (like the audit trail's), with its own code."""
 
     code = "audit_failed"
+
+
+class UnmarkedLayerError(GatewayError):
+    """An error of a layer above the core that does not say it is about a decision."""
+
+    code = "some_other_layer"
 
 
 class DependencyFailure(Failure):
@@ -303,6 +317,10 @@ def failure_cause() -> Failure:
         pytest.param(CoalescedEvaluationError("private"), "engine_unavailable", id="coalesced"),
         pytest.param(PolicyError("private"), "policy_error", id="policy-error"),
         pytest.param(AuditLikeError("private"), "audit_failed", id="other-layer"),
+        pytest.param(AuditWriteError("private"), "audit_failed", id="audit-write"),
+        pytest.param(InvalidContextError("private"), "invalid_context", id="invalid-context"),
+        pytest.param(NoDecisionError("private"), "no_decision", id="the-marker-itself"),
+        pytest.param(UnmarkedLayerError("private"), "no_decision", id="unmarked-other-layer"),
         pytest.param(ValueError("private"), "no_decision", id="value-error"),
         pytest.param(TimeoutError("private"), "no_decision", id="timeout-error"),
         pytest.param(failure_cause(), "no_decision", id="failure"),
@@ -320,7 +338,7 @@ def failure_cause() -> Failure:
         pytest.param(None, "no_decision", id="none"),
     ],
 )
-def test_authorization_error_code_is_a_non_core_errors_code_else_no_decision(
+def test_authorization_error_code_is_a_no_decision_errors_code_else_no_decision(
     cause: BaseException | None, expected: str
 ) -> None:
     actual = AuthorizationError("search", cause).code
@@ -340,5 +358,94 @@ def test_malformed_decision_error_has_its_stable_code() -> None:
     assert (error.code, isinstance(error, GatewayError)) == ("malformed_decision", True)
 
 
-def test_policy_malformed_decision_error_is_also_the_core_malformed_decision_error() -> None:
-    assert isinstance(PolicyMalformedDecisionError("x"), MalformedDecisionError)
+def test_the_policy_layers_malformed_decision_error_is_the_cores_one_class() -> None:
+    assert PolicyMalformedDecisionError is MalformedDecisionError
+    assert issubclass(MalformedDecisionError, PolicyError)
+    assert issubclass(PolicyError, NoDecisionError)
+
+
+def test_a_no_decision_error_keeps_its_detail_out_of_its_message() -> None:
+    error = NoDecisionError("no decision", detail="private engine text")
+
+    assert (str(error), error.detail) == ("no decision", "private engine text")
+
+
+# --- read_answer: the one strict reading of an authorizer's answer -------------------------
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        pytest.param(True, Decision(True), id="true"),
+        pytest.param(False, Decision(False), id="false"),
+        pytest.param(Decision(False, message="m"), Decision(False, message="m"), id="decision"),
+    ],
+)
+def test_read_answer_takes_exact_bools_and_well_formed_decisions(
+    answer: object, expected: Decision
+) -> None:
+    assert read_answer(answer) == expected
+
+
+def test_read_answer_names_the_engine_on_a_bool_and_keeps_a_decision_as_it_is() -> None:
+    given_decision = Decision(True, engine="opa:x")
+
+    assert read_answer(True, engine="embedded") == Decision(True, engine="embedded")
+    assert read_answer(given_decision, engine="embedded") is given_decision
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        pytest.param(1, id="int-1"),
+        pytest.param(0, id="int-0"),
+        pytest.param("true", id="str"),
+        pytest.param(None, id="none"),
+        pytest.param({"allow": True}, id="dict"),
+        pytest.param(Decision(allowed=1), id="decision-allowed-1"),  # type: ignore[arg-type]
+        pytest.param(Decision(True, cache_ttl=-1), id="decision-negative-ttl"),
+    ],
+)
+def test_read_answer_refuses_anything_else_naming_only_its_type(answer: object) -> None:
+    with pytest.raises(MalformedDecisionError) as caught:
+        read_answer(answer)
+
+    assert str(caught.value) == f"authorizer returned {type(answer).__name__}"
+
+
+@given(
+    st.one_of(
+        st.integers(),
+        st.floats(allow_nan=True),
+        st.text(),
+        st.binary(),
+        st.none(),
+        st.lists(st.booleans()),
+        st.dictionaries(st.text(), st.booleans()),
+    )
+)
+def test_read_answer_refuses_every_value_that_is_neither_a_bool_nor_a_decision(
+    answer: object,
+) -> None:
+    with pytest.raises(MalformedDecisionError):
+        read_answer(answer)
+
+
+#: Readers of an answer that still have their own copy of the check, until they move over.
+OWN_ANSWER_READERS = ["replay/_outcome.py"]
+
+
+def test_no_module_but_the_core_reads_an_authorizers_answer_itself() -> None:
+    # Every reader of an answer goes through read_answer: a copy of the check drifts.
+    package = Path(__file__).resolve().parent.parent / "gateway"
+    readers = sorted(
+        path.relative_to(package).as_posix()
+        for path in package.rglob("*.py")
+        if path.name != "_authorization.py"
+        and any(
+            isinstance(node, ast.Attribute) and node.attr == "well_formed"
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        )
+    )
+
+    assert readers == OWN_ANSWER_READERS

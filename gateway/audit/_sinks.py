@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final, Protocol, runtime_checkable
 
-from gateway._errors import GatewayError
+from gateway._errors import NoDecisionError
 from gateway.audit._chain import (
     GENESIS,
     HEAD_SLOT_SIZE,
@@ -41,7 +41,7 @@ _MAX_GROUP: Final = 512
 MAX_WRITERS: Final = 64
 
 
-class AuditWriteError(GatewayError):
+class AuditWriteError(NoDecisionError):
     """A record could not be written; the call it describes must not run."""
 
     code = "audit_failed"

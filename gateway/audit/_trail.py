@@ -39,11 +39,12 @@ from gateway._authorization import (
     AuthorizationError,
     Authorizer,
     Decision,
-    MalformedDecisionError,
+    read_answer,
 )
 from gateway._call import ToolCall
 from gateway._contract import Invocation, Tool
 from gateway._definition import ToolDefinition
+from gateway._errors import MalformedDecisionError
 from gateway._failure import Failure, FailureKind
 from gateway._guard import Guard
 from gateway._output import ToolOutput
@@ -310,12 +311,11 @@ class AuditingAuthorizer:
             result = await self._inner.authorize(authorization)
         except Exception as exc:  # noqa: BLE001 - recorded, then re-raised for the Guard to seal
             error = exc
-        if result is True or result is False:
-            decision = Decision(allowed=result)
-        elif isinstance(result, Decision) and result.well_formed():
-            decision = result
-        elif error is None:
-            error = MalformedDecisionError(f"authorizer returned {type(result).__name__}")
+        if error is None:
+            try:
+                decision = read_answer(result)
+            except MalformedDecisionError as exc:
+                error = exc
         decision_id, record = self._trail.decision_record(
             authorization,
             call_id=slot.call_id if slot else None,

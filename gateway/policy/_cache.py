@@ -21,10 +21,10 @@ from typing import Final
 
 import cachetools
 
-from gateway._authorization import Authorization, Decision
+from gateway._authorization import Authorization, Decision, read_answer
 from gateway.policy._context import current_caller
 from gateway.policy._document import InputDocument
-from gateway.policy._errors import MalformedDecisionError, PolicyError
+from gateway.policy._errors import PolicyError
 from gateway.policy._paths import PathView
 
 Clock = Callable[[], float]
@@ -300,12 +300,7 @@ class CachingAuthorizer:
         return self._max_age
 
     async def _evaluate(self, document: InputDocument) -> Decision:
-        result = await self._decide(document)
-        if result is True or result is False:
-            return Decision(allowed=result, engine=self._engine)
-        if isinstance(result, Decision) and result.well_formed():
-            return result
-        raise MalformedDecisionError("decision function returned a malformed decision")
+        return read_answer(await self._decide(document), engine=self._engine)
 
     async def authorize(self, authorization: Authorization) -> Decision:
         """Decide on one authorization, through the cache when there is one."""

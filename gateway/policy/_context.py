@@ -16,12 +16,12 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 from gateway import _json
-from gateway._errors import GatewayError
+from gateway._errors import NoDecisionError
 
 _MAX_CONTEXT_BYTES: Final = 64 * 1024
 
 
-class InvalidContextError(GatewayError, ValueError):
+class InvalidContextError(NoDecisionError, ValueError):
     """Caller context that is not a JSON object of bounded size and depth."""
 
     code = "invalid_context"

@@ -2,9 +2,10 @@
 
 These are causes sealed inside :class:`gateway.AuthorizationError`; the caller sees only the
 code, never the message. Engine-internal detail (OPA's error body, a wasm trap) stays on the
-exception for the audit trail::
+exception for the audit trail. ``PolicyError`` and ``MalformedDecisionError`` are the
+core's own (an authorizer's malformed answer is the same error as an engine's)::
 
-    PolicyError (GatewayError)
+    PolicyError (NoDecisionError)
     ├── PolicyLoadError          a policy bundle or directory that does not load
     │   └── BundleError          a bundle unreadable, unverified or refused
     ├── UndefinedDecisionError   the decision document is undefined
@@ -18,19 +19,17 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from gateway._authorization import MalformedDecisionError as _CoreMalformed
-from gateway._errors import GatewayError
+from gateway._errors import MalformedDecisionError, PolicyError
 
-
-class PolicyError(GatewayError):
-    """A policy evaluation that established no decision."""
-
-    code: ClassVar[str] = "policy_error"
-
-    def __init__(self, message: str, *, detail: str | None = None) -> None:
-        super().__init__(message)
-        #: Engine-internal text for the audit trail only; never shown to callers.
-        self.detail = detail
+__all__ = [
+    "EngineError",
+    "EngineTimeoutError",
+    "EngineUnavailableError",
+    "MalformedDecisionError",
+    "PolicyError",
+    "PolicyLoadError",
+    "UndefinedDecisionError",
+]
 
 
 class PolicyLoadError(PolicyError):
@@ -43,12 +42,6 @@ class UndefinedDecisionError(PolicyError):
     """The decision path is undefined for this input (no rule produced a value)."""
 
     code: ClassVar[str] = "undefined_decision"
-
-
-class MalformedDecisionError(PolicyError, _CoreMalformed):
-    """The decision is defined but is not ``true``/``false`` or a valid decision object."""
-
-    code: ClassVar[str] = "malformed_decision"
 
 
 class EngineUnavailableError(PolicyError):
