@@ -44,7 +44,7 @@ from gateway.server import (
     load_tools,
     server_stack,
 )
-from gateway.server._config import (
+from gateway.service._config import (
     GatewayConfig,
     audit_key_from_env,
     audit_key_from_file,

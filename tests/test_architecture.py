@@ -243,3 +243,63 @@ def test_the_import_checker_sees_every_import_form(tmp_path: Path) -> None:
         "gateway.policy",
         "gateway.server",
     ]
+
+
+# Layer rules: every layer's imports point down, and siblings keep to each other's public face.
+# A rule is (layer, forbidden import prefix, why). A prefix ending in "._" forbids the private
+# modules of that package only.
+LAYER_RULES: tuple[tuple[str, str, str], ...] = (
+    ("service", "gateway.server", "the service layer is under every surface"),
+    ("service", "gateway.mcp", "the service layer is under every surface"),
+    ("service", "gateway.cli", "the service layer is under every surface"),
+    ("server", "gateway.mcp", "HTTP and MCP are siblings on the service layer"),
+    ("mcp", "gateway.server", "HTTP and MCP are siblings on the service layer"),
+)
+
+
+def _layer_modules(layer: str) -> list[Path]:
+    if layer == "core":
+        return _core_modules()
+    return sorted((PACKAGE / layer).glob("*.py"))
+
+
+def _layer_violations(rules: tuple[tuple[str, str, str], ...]) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for layer, prefix, _why in rules:
+        for path in _layer_modules(layer):
+            hits = sorted(
+                name
+                for name in _imported_modules(path)
+                if name == prefix
+                or name.startswith(prefix if prefix.endswith("._") else f"{prefix}.")
+            )
+            if hits:
+                found.setdefault(f"{layer}/{path.name}", []).extend(hits)
+    return found
+
+
+def test_every_layer_imports_only_the_layers_its_rules_allow() -> None:
+    assert _layer_violations(LAYER_RULES) == {}
+
+
+def test_every_layer_a_rule_names_has_modules() -> None:
+    empty = sorted({layer for layer, _, _ in LAYER_RULES if not _layer_modules(layer)})
+
+    assert empty == []
+
+
+def test_the_layer_checker_reports_a_sibling_import_and_a_private_import(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "from gateway.server import GatewayApp\n"
+        "from gateway.policy._context import current_caller\n"
+        "from gateway.policy import caller_context\n",
+        encoding="utf-8",
+    )
+    names = _imported_modules(sample)
+
+    assert sorted(name for name in names if name.startswith("gateway.policy._")) == [
+        "gateway.policy._context",
+        "gateway.policy._context.current_caller",
+    ]
+    assert "gateway.server" in names

@@ -1,6 +1,6 @@
 """MCP: serve the guarded gateway over MCP, and put existing MCP servers behind policy.
 
-- :class:`McpFront` serves a :class:`~gateway.server.Gateway` as an MCP server (stdio or
+- :class:`McpFront` serves a :class:`~gateway.service.Gateway` as an MCP server (stdio or
   streamable HTTP); every ``tools/call`` goes through admission, the policy and the audit
   trail, and every refusal is an ``isError`` tool result with public text only.
 - :class:`UpstreamSet` / :class:`Upstream` connect to upstream MCP servers and import

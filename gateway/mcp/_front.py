@@ -1,4 +1,4 @@
-"""The MCP front: a :class:`~gateway.server.Gateway` served as an MCP server.
+"""The MCP front: a :class:`~gateway.service.Gateway` served as an MCP server.
 
 ``tools/list`` answers the gateway's definitions (name, description, input schema).
 ``tools/call`` goes through :meth:`Gateway.call` exactly like the HTTP API: admission by the
@@ -11,7 +11,7 @@ the ``gateway/decision_id``.
 Who is calling:
 
 - over streamable HTTP, every request is authenticated by an ASGI layer in front of the SDK
-  with the HTTP service's :class:`~gateway.server.Authenticator` (API keys, JWT); without
+  with the HTTP service's :class:`~gateway.service.Authenticator` (API keys, JWT); without
   valid credentials the answer is 401 before the MCP layer sees the request. The caller
   context is put in the request's ASGI scope, and each tool call reads it from the request
   the SDK hands to the handler (``ctx.request``), so it is per request, not per session;
@@ -70,8 +70,7 @@ from gateway.mcp._stdio import (
 )
 from gateway.mcp._wire import MESSAGE_SCOPE_KEY, Message
 from gateway.policy import EMPTY_CONTEXT, CallerContext, caller_context
-from gateway.server._auth import Authenticator, AuthFailure
-from gateway.server._gateway import CallResult, Gateway
+from gateway.service import Authenticator, AuthFailure, CallResult, Gateway
 
 _LOG: Final = logging.getLogger("gateway.mcp")
 #: The ASGI scope key holding the authenticated caller context of an HTTP request.

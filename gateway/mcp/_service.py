@@ -1,7 +1,7 @@
 """The MCP service assembled from a configuration: policy, audit, tools, upstreams, front.
 
 It serves the configured ``tools.modules`` and the tools of every ``[[mcp.upstreams]]``
-server through one :class:`~gateway.server.Gateway` (one authorizer, one audit trail).
+server through one :class:`~gateway.service.Gateway` (one authorizer, one audit trail).
 Whenever an upstream's tool list changes (:meth:`McpService.refresh`, or a reconnection that
 finds a different list), the gateway is rebuilt from the current tools and the front
 switches to it; calls already in flight finish on the gateway they started on.
@@ -21,27 +21,18 @@ from typing import Any, Final, Literal, Self, TextIO
 import uvicorn
 
 from gateway._contract import Tool
-from gateway.audit import AuditTrail, JsonlFileSink, Masker
-from gateway.audit._mask import (
-    DEFAULT_MASKED_KEYS,
-    DEFAULT_NAME_PATTERNS,
-    DEFAULT_VALUE_PATTERNS,
-)
 from gateway.mcp._front import McpFront
 from gateway.mcp._sessions import SessionTable
 from gateway.mcp._upstream import UpstreamSet
-from gateway.policy import (
-    CallerContext,
-    DecisionCache,
-    OpaRestEngine,
-    PolicyAuthorizer,
-    PolicyEngine,
+from gateway.policy import CallerContext
+from gateway.service import (
+    ConfigError,
+    Gateway,
+    GatewayConfig,
+    build_components,
+    expand,
+    load_tools,
 )
-from gateway.server._auth import Authenticator
-from gateway.server._config import ConfigError, GatewayConfig
-from gateway.server._gateway import Gateway, expand
-from gateway.server._metrics import GatewayMetrics
-from gateway.server._service import build_engine, build_path_view, load_tools
 
 _LOG: Final = logging.getLogger("gateway.mcp")
 
@@ -62,48 +53,20 @@ class McpService:
 
     def __init__(self, config: GatewayConfig, *, errlog: TextIO | None = None) -> None:
         self.config = config
-        self.engine: PolicyEngine = build_engine(config)
-        self.cache = (
-            DecisionCache(
-                maxsize=config.cache.max_entries,
-                max_ttl=config.cache.max_ttl_s,
-                default_ttl=config.cache.default_ttl_s,
-            )
-            if config.cache.enabled
-            else None
-        )
-        self.authorizer = PolicyAuthorizer(
-            self.engine,
-            path=config.engine.decision_path,
-            cache=self.cache,
-            path_view=build_path_view(config),
-        )
-        self.sink: JsonlFileSink | None = None
-        self.trail: AuditTrail | None = None
-        if config.audit.enabled:
-            assert config.audit.path is not None  # noqa: S101 - validated by the config
-            key = config.audit.key
-            self.sink = JsonlFileSink(
-                config.audit.path,
-                fsync=config.audit.fsync,
-                max_bytes=config.audit.max_bytes,
-                key=key,
-            )
-            masker = Masker(
-                keys=DEFAULT_MASKED_KEYS | set(config.audit.mask_keys),
-                patterns=DEFAULT_NAME_PATTERNS + config.audit.mask_patterns,
-                values=DEFAULT_VALUE_PATTERNS + config.audit.mask_values,
-                pointers=config.audit.mask_pointers,
-            )
-            self.trail = AuditTrail(self.sink, masker=masker)
-        self.metrics = GatewayMetrics(self.cache)
+        self.components = build_components(config)
+        self.engine = self.components.engine
+        self.cache = self.components.cache
+        self.authorizer = self.components.authorizer
+        self.sink = self.components.sink
+        self.trail = self.components.trail
+        self.metrics = self.components.metrics
         self._local: list[Tool] = load_tools(config) if config.tools else []
         local_names = [tool.definition().name for tool in expand(self._local)]
         self.upstreams = UpstreamSet(config.mcp.upstreams, reserved=local_names, errlog=errlog)
         stdio = config.mcp.stdio_context
         self.front = McpFront(
             self._build(),
-            authenticator=Authenticator(config.auth),
+            authenticator=self.components.authenticator,
             stdio_context=CallerContext(dict(stdio)) if stdio is not None else None,
             audit=self.trail,
             listing_extras=self._listing_extras,
@@ -121,12 +84,7 @@ class McpService:
         return None
 
     def _build(self) -> Gateway:
-        return Gateway(
-            [*self._local, *self.upstreams.tools()],
-            authorizer=self.authorizer,
-            audit=self.trail,
-            metrics=self.metrics,
-        )
+        return self.components.gateway([*self._local, *self.upstreams.tools()])
 
     def rebuild(self) -> None:
         """Serve a new gateway built from the current tools (keeps the old one on error)."""
@@ -140,8 +98,7 @@ class McpService:
 
     async def start(self) -> None:
         """Open the engine, connect to the upstreams, build the gateway."""
-        if isinstance(self.engine, OpaRestEngine):
-            await self.engine.open()
+        await self.components.open()
         await self.upstreams.start()
         collisions = self.upstreams.collisions
         if collisions:
@@ -159,10 +116,7 @@ class McpService:
         try:
             await self.upstreams.aclose()
         finally:
-            if isinstance(self.engine, OpaRestEngine):
-                await self.engine.close()
-            if self.sink is not None:
-                self.sink.close()
+            await self.components.close()
 
     async def __aenter__(self) -> Self:
         try:

@@ -1,7 +1,7 @@
 """MCP HTTP sessions bound to the principal that opened them, capped per principal, audited.
 
 A streamable HTTP session (``Mcp-Session-Id``) belongs to the principal whose credentials
-opened it (:attr:`~gateway.server.Identity.principal`: which API key, or which token issuer
+opened it (:attr:`~gateway.service.Identity.principal`: which API key, or which token issuer
 and subject). A request naming a session that another principal opened gets exactly the
 answer an unknown session gets (404, "Session not found"), whether it posts, listens or
 deletes; the owner's session is untouched. Each principal may hold at most

@@ -53,7 +53,7 @@ from gateway._errors import (
 from gateway._failure import Failure, FailureKind
 from gateway._output import ToolOutput
 from gateway.mcp._content import from_result, gateway_version, public_text
-from gateway.server._config import McpUpstreamConfig
+from gateway.service import McpUpstreamConfig
 
 _LOG: Final = logging.getLogger("gateway.mcp")
 _MAX_PAGES: Final = 100

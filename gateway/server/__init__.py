@@ -1,19 +1,29 @@
-"""The service surfaces: the call pipeline, the HTTP API, configuration and authentication."""
+"""The HTTP surface: the API on the service layer, and the uvicorn stack it is served on.
+
+The configuration, authentication, call pipeline and metrics live in :mod:`gateway.service`;
+they are re-exported here under the names this package has always offered.
+"""
 
 from gateway.server._app import GatewayApp, output_json
-from gateway.server._auth import Authenticator, AuthFailure
-from gateway.server._config import (
+from gateway.server._http_service import Service, build_service
+from gateway.server._stack import Stack, run_on_fastest_loop, server_stack
+from gateway.service import (
+    Authenticator,
+    AuthFailure,
+    BoundTool,
+    CallResult,
     ConfigError,
+    Gateway,
     GatewayConfig,
+    GatewayMetrics,
     api_key_digest,
+    build_engine,
+    expand,
     import_tools,
     load_config,
+    load_tools,
     parse_config,
 )
-from gateway.server._gateway import BoundTool, CallResult, Gateway, expand
-from gateway.server._metrics import GatewayMetrics
-from gateway.server._service import Service, build_engine, build_service, load_tools
-from gateway.server._stack import Stack, run_on_fastest_loop, server_stack
 
 __all__ = [
     "AuthFailure",

@@ -22,10 +22,8 @@ from gateway import _json
 from gateway._call import ToolCall
 from gateway._output import MediaContent, TextContent, ToolOutput
 from gateway.policy import caller_context
-from gateway.server._auth import Authenticator, AuthFailure
-from gateway.server._gateway import CallResult, Gateway
-from gateway.server._metrics import GatewayMetrics
 from gateway.server._openapi import openapi_document
+from gateway.service import Authenticator, AuthFailure, CallResult, Gateway, GatewayMetrics
 
 _LOG: Final = logging.getLogger("gateway.server")
 _REQUEST_ID: Final = re.compile(r"[A-Za-z0-9._:-]{1,128}")

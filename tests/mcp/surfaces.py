@@ -26,8 +26,8 @@ from gateway._authorization import Authorization
 from gateway.mcp import McpFront
 from gateway.policy import CallerContext
 from gateway.server import Authenticator, Gateway, GatewayApp, api_key_digest
-from gateway.server._config import ApiKey, AuthConfig
-from gateway.server._metrics import GatewayMetrics
+from gateway.service._config import ApiKey, AuthConfig
+from gateway.service._metrics import GatewayMetrics
 from gateway.testing import LiveServer, RecordingAuthorizer, RecordingTool
 
 PAY_SCHEMA = {

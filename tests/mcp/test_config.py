@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from gateway.server import ConfigError, parse_config
-from gateway.server._config import McpConfig, McpUpstreamConfig
+from gateway.service._config import McpConfig, McpUpstreamConfig
 from tests.mcp.conftest import POLICIES
 
 

@@ -36,7 +36,7 @@ from gateway.cli import main
 from gateway.mcp import McpFront, McpService, to_call_result
 from gateway.policy import EmbeddedEngine, PolicyAuthorizer
 from gateway.server import Authenticator, CallResult, Gateway, api_key_digest, load_config
-from gateway.server._config import ApiKey, AuthConfig
+from gateway.service._config import ApiKey, AuthConfig
 from gateway.testing import RecordingTool, StaticAuthorizer
 from tests.mcp.conftest import (
     ALICE,

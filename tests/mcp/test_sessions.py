@@ -20,7 +20,7 @@ from gateway.audit import AuditTrail, MemorySink
 from gateway.mcp import McpFront
 from gateway.mcp._sessions import SessionTable, session_digest
 from gateway.server import Authenticator, Gateway, api_key_digest
-from gateway.server._config import ApiKey, AuthConfig, JwtConfig
+from gateway.service._config import ApiKey, AuthConfig, JwtConfig
 from gateway.testing import FakeClock, LiveServer, RecordingAuthorizer, RecordingTool
 from tests.mcp.surfaces import INITIALIZED, LEGACY_VERSION, initialize, sse_messages, tool_call
 

@@ -21,7 +21,7 @@ from gateway import Failure, FailureKind, ToolCall, ToolOutput, bind
 from gateway.mcp import McpService, UpstreamError, UpstreamSet, UpstreamTool
 from gateway.policy import caller_context
 from gateway.server import load_config
-from gateway.server._config import McpUpstreamConfig
+from gateway.service._config import McpUpstreamConfig
 from tests.mcp.conftest import (
     ALLOWED_PATH,
     UPSTREAM,

@@ -34,7 +34,7 @@ from gateway.policy import (
     _wasm_abi,
 )
 from gateway.server import Authenticator, Gateway, GatewayApp, GatewayMetrics
-from gateway.server._config import ApiKey, AuthConfig
+from gateway.service._config import ApiKey, AuthConfig
 from gateway.testing import FakeClock, LiveServer, OpaServer, RecordingTool, StaticEngine
 from tests.policy.conftest import (
     DECISION,

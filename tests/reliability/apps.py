@@ -32,7 +32,7 @@ from gateway.audit import (
 )
 from gateway.policy import DecisionCache, PolicyAuthorizer, PolicyEngine
 from gateway.server import Authenticator, Gateway, GatewayApp, GatewayMetrics
-from gateway.server._config import ApiKey, AuthConfig
+from gateway.service._config import ApiKey, AuthConfig
 from reliability.faults import NO_DECISION_CODES
 
 #: Every (status, code) the README documents for ``POST /v1/calls``; 500 only for a tool

@@ -18,8 +18,8 @@ import pytest
 
 from gateway.policy import CallerContext
 from gateway.server import Authenticator, AuthFailure, parse_config
-from gateway.server._auth import jwks_json
-from gateway.server._config import AuthConfig
+from gateway.service._auth import jwks_json
+from gateway.service._config import AuthConfig
 from tests.server.conftest import (
     ALICE,
     API_KEYS,
@@ -126,7 +126,7 @@ def test_every_stored_key_is_compared_whichever_matches(
         compared.append(a)
         return original(a, b)
 
-    monkeypatch.setattr("gateway.server._auth.hmac.compare_digest", counting)
+    monkeypatch.setattr("gateway.service._auth.hmac.compare_digest", counting)
     for presented in (ALICE, CAROL, "nobody"):
         compared.clear()
         with contextlib.suppress(AuthFailure):

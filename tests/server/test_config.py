@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from gateway.server import ConfigError, GatewayConfig, api_key_digest, load_config, parse_config
-from gateway.server._config import PUBLISHED_KEYS, check_listener, import_tools
+from gateway.service._config import PUBLISHED_KEYS, check_listener, import_tools
 from tests.server.conftest import (
     ALICE,
     BUNDLE,

@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from gateway import Authorization, ToolDefinition
 from gateway.policy import EmbeddedEngine, InputDocument, build_bundle, caller_context
 from gateway.server import ConfigError, parse_config
-from gateway.server._service import build_engine
+from gateway.service._builder import build_engine
 from tests.server.conftest import BUNDLE, POLICIES
 
 ADD = ToolDefinition(

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from gateway.server import ConfigError, build_service, load_config, parse_config
-from gateway.server._service import build_path_view
+from gateway.service._builder import build_path_view
 from gateway.testing import LiveServer
 from tests.server.conftest import ALICE, GatewayFactory, RunningGateway
 from tests.server.test_config import at, valid

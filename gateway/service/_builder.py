@@ -1,20 +1,26 @@
-"""Assembly of the whole service from a configuration: engine, cache, audit, tools, app."""
+"""The one builder every surface assembles from: engine, cache, authorizer, audit, metrics.
+
+:func:`build_components` turns a validated configuration into the parts the HTTP API and the
+MCP service both serve with; each surface adds only its own front. Nothing is started: the
+REST engine is opened, and the audit sink closed, by :meth:`Components.open` and
+:meth:`Components.close`.
+"""
 
 from __future__ import annotations
 
-import contextlib
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from starlette.applications import Starlette
-
 from gateway._contract import Tool
-from gateway.audit import AuditTrail, JsonlFileSink, Masker
-from gateway.audit._mask import (
+from gateway._registry import Registry
+from gateway.audit import (
     DEFAULT_MASKED_KEYS,
     DEFAULT_NAME_PATTERNS,
     DEFAULT_VALUE_PATTERNS,
+    AuditTrail,
+    JsonlFileSink,
+    Masker,
 )
 from gateway.policy import (
     DecisionCache,
@@ -27,23 +33,48 @@ from gateway.policy import (
     VerificationKey,
     normalize_path,
 )
-from gateway.server._app import GatewayApp
-from gateway.server._auth import Authenticator
-from gateway.server._config import ConfigError, EngineConfig, GatewayConfig, import_tools
-from gateway.server._gateway import Gateway
-from gateway.server._metrics import GatewayMetrics
+from gateway.service._auth import Authenticator
+from gateway.service._config import ConfigError, EngineConfig, GatewayConfig, import_tools
+from gateway.service._metrics import GatewayMetrics
+from gateway.service._pipeline import Gateway
 
 
 @dataclass(slots=True)
-class Service:
-    """The assembled parts, kept for tests and for the CLI."""
+class Components:
+    """The assembled parts of one service instance, shared by every surface on it."""
 
     config: GatewayConfig
     engine: PolicyEngine
     cache: DecisionCache | None
+    authorizer: PolicyAuthorizer
     sink: JsonlFileSink | None
-    gateway: Gateway
-    app: GatewayApp
+    trail: AuditTrail | None
+    metrics: GatewayMetrics
+    authenticator: Authenticator
+
+    def gateway(self, tools: Iterable[Tool | Registry]) -> Gateway:
+        """A call pipeline serving ``tools`` behind this authorizer, audit trail and metrics."""
+        return Gateway(tools, authorizer=self.authorizer, audit=self.trail, metrics=self.metrics)
+
+    async def open(self) -> None:
+        """Open the engine when it is an OPA server (the embedded engine needs nothing)."""
+        if isinstance(self.engine, OpaRestEngine):
+            await self.engine.open()
+
+    async def close(self) -> None:
+        """Close the engine when it is an OPA server, then the audit sink."""
+        try:
+            if isinstance(self.engine, OpaRestEngine):
+                await self.engine.close()
+        finally:
+            if self.sink is not None:
+                self.sink.close()
+
+    async def ready(self) -> bool:
+        """Whether the engine can answer (an OPA server is asked; the embedded one can)."""
+        if isinstance(self.engine, OpaRestEngine):
+            return await self.engine.healthy()
+        return True
 
 
 def load_tools(config: GatewayConfig) -> list[Tool]:
@@ -121,8 +152,13 @@ def build_path_view(config: GatewayConfig) -> PathView | None:
     return PathView(config.paths.resolve, mounts=config.paths.mounts)
 
 
-def build_service(config: GatewayConfig) -> Service:
-    """Assemble the service; the REST engine is opened by the app's lifespan."""
+def build_components(config: GatewayConfig) -> Components:
+    """Assemble engine, decision cache, authorizer, audit trail, metrics and authenticator.
+
+    Raises:
+        ConfigError: the engine's policies do not load, or the audit trail cannot be opened
+            (named by its key).
+    """
     engine = build_engine(config)
     cache = (
         DecisionCache(
@@ -140,15 +176,16 @@ def build_service(config: GatewayConfig) -> Service:
     trail: AuditTrail | None = None
     if config.audit.enabled:
         assert config.audit.path is not None  # noqa: S101 - validated by the config
-        key = config.audit.key
         try:
             sink = JsonlFileSink(
                 config.audit.path,
                 fsync=config.audit.fsync,
                 max_bytes=config.audit.max_bytes,
-                key=key,
+                key=config.audit.key,
             )
         except OSError as exc:
+            if isinstance(engine, EmbeddedEngine):
+                engine.close()  # nothing else holds it: its tick thread must not outlive it
             raise ConfigError(
                 f"audit.path: cannot open {config.audit.path}: {exc.strerror or exc}"
             ) from None
@@ -159,32 +196,13 @@ def build_service(config: GatewayConfig) -> Service:
             pointers=config.audit.mask_pointers,
         )
         trail = AuditTrail(sink, masker=masker)
-    metrics = GatewayMetrics(cache)
-    gateway = Gateway(load_tools(config), authorizer=authorizer, audit=trail, metrics=metrics)
-
-    async def ready() -> bool:
-        if isinstance(engine, OpaRestEngine):
-            return await engine.healthy()
-        return True
-
-    @contextlib.asynccontextmanager
-    async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        if isinstance(engine, OpaRestEngine):
-            await engine.open()
-        try:
-            yield
-        finally:
-            if isinstance(engine, OpaRestEngine):
-                await engine.close()
-            if sink is not None:
-                sink.close()
-
-    app = GatewayApp(
-        gateway,
+    return Components(
+        config=config,
+        engine=engine,
+        cache=cache,
+        authorizer=authorizer,
+        sink=sink,
+        trail=trail,
+        metrics=GatewayMetrics(cache),
         authenticator=Authenticator(config.auth),
-        ready=ready,
-        metrics=metrics,
-        max_body_bytes=config.server.max_body_bytes,
-        lifespan=lifespan,
     )
-    return Service(config=config, engine=engine, cache=cache, sink=sink, gateway=gateway, app=app)

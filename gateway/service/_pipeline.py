@@ -30,7 +30,7 @@ from gateway._output import ToolOutput
 from gateway._registry import Registry
 from gateway.audit import AuditedTool, AuditingAuthorizer, AuditTrail, AuditWriteError
 from gateway.policy import caller_context, current_caller
-from gateway.server._metrics import GatewayMetrics
+from gateway.service._metrics import GatewayMetrics
 
 _LOG: Final = logging.getLogger("gateway.server")
 _NO_DECISION: Final = "no policy decision could be made; the call was not run"

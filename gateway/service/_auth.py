@@ -17,7 +17,7 @@ from typing import Any, Final
 import jwt
 
 from gateway.policy import CallerContext, InvalidContextError
-from gateway.server._config import AuthConfig, JwtConfig
+from gateway.service._config import AuthConfig, JwtConfig
 
 _MAX_CREDENTIAL: Final = 8192
 

@@ -1,0 +1,61 @@
+"""The HTTP service assembled from a configuration: the shared components and the app."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from starlette.applications import Starlette
+
+from gateway.audit import JsonlFileSink
+from gateway.policy import DecisionCache, PolicyEngine
+from gateway.server._app import GatewayApp
+from gateway.service import Gateway, GatewayConfig, build_components, load_tools
+
+
+@dataclass(slots=True)
+class Service:
+    """The assembled parts, kept for tests and for the CLI."""
+
+    config: GatewayConfig
+    engine: PolicyEngine
+    cache: DecisionCache | None
+    sink: JsonlFileSink | None
+    gateway: Gateway
+    app: GatewayApp
+
+
+def build_service(config: GatewayConfig) -> Service:
+    """Assemble the HTTP service; the REST engine is opened by the app's lifespan.
+
+    Raises:
+        ConfigError: the policies do not load or the audit trail cannot be opened.
+    """
+    components = build_components(config)
+    gateway = components.gateway(load_tools(config))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        await components.open()
+        try:
+            yield
+        finally:
+            await components.close()
+
+    app = GatewayApp(
+        gateway,
+        authenticator=components.authenticator,
+        ready=components.ready,
+        metrics=components.metrics,
+        max_body_bytes=config.server.max_body_bytes,
+        lifespan=lifespan,
+    )
+    return Service(
+        config=config,
+        engine=components.engine,
+        cache=components.cache,
+        sink=components.sink,
+        gateway=gateway,
+        app=app,
+    )

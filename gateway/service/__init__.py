@@ -1,0 +1,58 @@
+"""The service layer every surface sits on: configuration, authentication, the call pipeline.
+
+HTTP (:mod:`gateway.server`) and MCP (:mod:`gateway.mcp`) are siblings on it and never
+import each other's internals. It holds what both need: the configuration read from one
+TOML file, the authenticator, the call pipeline (:class:`Gateway`), the metrics, and the
+one builder that assembles engine, cache, authorizer and audit trail from a configuration.
+"""
+
+from gateway.service._auth import Authenticator, AuthFailure, Identity
+from gateway.service._builder import (
+    Components,
+    build_components,
+    build_engine,
+    build_path_view,
+    load_tools,
+)
+from gateway.service._config import (
+    ApiKey,
+    AuthConfig,
+    ConfigError,
+    GatewayConfig,
+    JwtConfig,
+    McpConfig,
+    McpUpstreamConfig,
+    api_key_digest,
+    import_tools,
+    load_config,
+    parse_config,
+)
+from gateway.service._metrics import GatewayMetrics
+from gateway.service._pipeline import BoundTool, CallResult, Gateway, expand
+
+__all__ = [
+    "ApiKey",
+    "AuthConfig",
+    "AuthFailure",
+    "Authenticator",
+    "BoundTool",
+    "CallResult",
+    "Components",
+    "ConfigError",
+    "Gateway",
+    "GatewayConfig",
+    "GatewayMetrics",
+    "Identity",
+    "JwtConfig",
+    "McpConfig",
+    "McpUpstreamConfig",
+    "api_key_digest",
+    "build_components",
+    "build_engine",
+    "build_path_view",
+    "expand",
+    "import_tools",
+    "load_config",
+    "load_tools",
+    "parse_config",
+]
