@@ -9,11 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway._authorization import Authorizer
-from gateway.audit._sinks import AuditSink
-from gateway.policy._paths import PathView
-from gateway.policy._rest import OpaRestEngine
-from gateway.policy._wasm import EmbeddedEngine
+from gateway import Authorizer
+from gateway.audit import AuditSink
+from gateway.policy import EmbeddedEngine, OpaRestEngine, PathView
 from gateway.replay._capture import ReplayCapture
 from gateway.replay._metrics import ReplayCollector
 from gateway.replay._observe import DecisionTap, ObservedAuthorizer

@@ -14,10 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gateway._errors import GatewayError
-from gateway.policy._engine import DEFAULT_DECISION_PATH, PolicyEngine, normalize_path
-from gateway.policy._rest import OpaRestEngine
-from gateway.policy._wasm import EmbeddedEngine
+from gateway import GatewayError
+from gateway.policy import (
+    DEFAULT_DECISION_PATH,
+    EmbeddedEngine,
+    OpaRestEngine,
+    PolicyEngine,
+    normalize_path,
+)
 from gateway.replay._keys import KeyRing, KeyRingError, new_key_entry
 from gateway.replay._replay import (
     DEFAULT_CONCURRENCY,

@@ -5,10 +5,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from gateway import _json
-from gateway._definition import ToolDefinition
-from gateway.policy._context import CallerContext
-from gateway.policy._document import InputDocument
+from gateway import ToolDefinition, _json
+from gateway.policy import CallerContext, InputDocument
 
 
 class RecordedDocument(InputDocument):

@@ -24,7 +24,7 @@ from typing import Final
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from gateway._errors import GatewayError
+from gateway import GatewayError
 
 #: The key size: AES-256.
 KEY_BYTES: Final = 32

@@ -19,11 +19,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from gateway._authorization import Authorization, Authorizer, Decision
-from gateway.audit._sinks import AuditSink
-from gateway.policy._context import current_caller
-from gateway.policy._document import InputDocument
-from gateway.policy._paths import PathView
+from gateway import Authorization, Authorizer, Decision
+from gateway.audit import AuditSink
+from gateway.policy import InputDocument, PathView, current_caller
 from gateway.replay._capture import ReplayCapture
 from gateway.replay._outcome import Outcome, of_error, of_result
 

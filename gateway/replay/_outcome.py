@@ -13,12 +13,15 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from gateway._authorization import Decision
-from gateway.policy._decision import read_decision
-from gateway.policy._document import InputDocument
-from gateway.policy._engine import PolicyEngine
-from gateway.policy._errors import PolicyError, UndefinedDecisionError
-from gateway.policy._wasm import EmbeddedEngine
+from gateway import Decision
+from gateway.policy import (
+    EmbeddedEngine,
+    InputDocument,
+    PolicyEngine,
+    PolicyError,
+    UndefinedDecisionError,
+    read_decision,
+)
 from gateway.replay._document import RecordedDocument
 
 Result = Literal["allow", "deny", "error"]

@@ -17,9 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from gateway.audit._chain import folder_chains, trail_files, writer_chains
-from gateway.policy._engine import PolicyEngine, normalize_path
-from gateway.policy._wasm import EmbeddedEngine
+from gateway.audit import folder_chains, trail_files, writer_chains
+from gateway.policy import EmbeddedEngine, PolicyEngine, normalize_path
 from gateway.replay._capture import (
     AUTH_FAILURES,
     CONFLICTING,

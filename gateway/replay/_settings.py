@@ -28,11 +28,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from gateway._errors import GatewayError
-from gateway.policy._engine import DEFAULT_DECISION_PATH, PolicyEngine, normalize_path
-from gateway.policy._errors import PolicyLoadError
-from gateway.policy._rest import OpaRestEngine
-from gateway.policy._wasm import EmbeddedEngine
+from gateway import GatewayError
+from gateway.policy import (
+    DEFAULT_DECISION_PATH,
+    EmbeddedEngine,
+    OpaRestEngine,
+    PolicyEngine,
+    PolicyLoadError,
+    normalize_path,
+)
 from gateway.replay._keys import KeyRing, KeyRingError
 from gateway.replay._shadow import DEFAULT_BUDGET_S, DEFAULT_QUEUE_SIZE
 

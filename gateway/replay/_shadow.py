@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from gateway.policy._engine import DEFAULT_DECISION_PATH, PolicyEngine, normalize_path
+from gateway.policy import DEFAULT_DECISION_PATH, PolicyEngine, normalize_path
 from gateway.replay._observe import Observation
 from gateway.replay._outcome import Outcome, change, decide
 
