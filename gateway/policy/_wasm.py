@@ -231,6 +231,7 @@ class EmbeddedEngine:
         self._poller: BundlePoller | None = None
         self._polling: threading.Thread | None = None
         self._stop_polling = threading.Event()
+        self._poll_interval_s = DEFAULT_POLL_INTERVAL_S
         self._poll_lock = threading.Lock()
         #: What the last poll of the bundle server did, if there was one.
         self.last_poll: PollResult | None = None
@@ -295,12 +296,14 @@ class EmbeddedEngine:
         download_timeout_s: float = 10.0,
         headers: dict[str, str] | None = None,
         max_bundle_bytes: int = DEFAULT_MAX_BUNDLE_BYTES,
+        start: bool = True,
         **options: Any,
     ) -> EmbeddedEngine:
         """Download a bundle from an OPA bundle server, serve it, and follow the server.
 
         The first download must succeed (and verify, with a key); afterwards the server is
-        polled every ``poll_interval_s`` as :meth:`start_polling` describes.
+        polled every ``poll_interval_s`` as :meth:`follow` describes (from now, or from
+        :meth:`start_polling` when ``start`` is false).
 
         Raises:
             BundleError: the first download, its verification or its loading failed.
@@ -319,7 +322,7 @@ class EmbeddedEngine:
             raise result.error or BundleError("bundle server sent no bundle")
         options.setdefault("identity", f"embedded:{_public_url(url)}")
         engine = cls(first[0], **options)
-        engine.start_polling(
+        engine.follow(
             url,
             verification=verification,
             interval_s=poll_interval_s,
@@ -327,10 +330,11 @@ class EmbeddedEngine:
             headers=headers,
             max_bundle_bytes=max_bundle_bytes,
             etag=probe.etag,
+            start=start,
         )
         return engine
 
-    def start_polling(
+    def follow(
         self,
         url: str,
         *,
@@ -340,6 +344,7 @@ class EmbeddedEngine:
         headers: dict[str, str] | None = None,
         max_bundle_bytes: int = DEFAULT_MAX_BUNDLE_BYTES,
         etag: str | None = None,
+        start: bool = True,
     ) -> None:
         """Poll an OPA bundle server every ``interval_s`` on a daemon thread, as OPA does.
 
@@ -347,12 +352,13 @@ class EmbeddedEngine:
         verified (with a key), compiled and checked before it is put in force between two
         evaluations; a download, verification or load that fails keeps the bundle in force
         and is logged, and the next poll tries again. A new revision makes the decisions
-        cached under the old one unused. A new bundle is in force at most ``interval_s``
-        plus one download and compilation after the server has it.
+        cached under the old one unused. A bundle the server has is in force at most
+        ``interval_s`` plus one download (``download_timeout_s`` at most) and its
+        compilation later. With ``start`` false, polling begins at :meth:`start_polling`.
 
         Raises:
-            ValueError: a URL that is not http(s), a non-positive interval, or a poller
-                already running.
+            ValueError: a URL that is not http(s), a non-positive interval, or a bundle
+                server followed already.
         """
         if not interval_s > 0:
             raise ValueError("interval_s must be positive")
@@ -366,19 +372,36 @@ class EmbeddedEngine:
             etag=etag,
         )
         with self._lock:
-            if self._polling is not None:
-                raise ValueError("this engine already polls a bundle server")
+            if self._poller is not None:
+                raise ValueError("this engine already follows a bundle server")
+            self._poller = poller
+            self._poll_interval_s = float(interval_s)
+        if start:
+            self.start_polling()
+
+    def start_polling(self) -> None:
+        """Start polling the bundle server :meth:`follow` named (idempotent).
+
+        Raises:
+            BundleError: this engine follows no bundle server.
+            EngineUnavailableError: the engine is closed.
+        """
+        with self._lock:
+            poller = self._poller
+            if poller is None:
+                raise BundleError("engine follows no bundle server")
             if self._closed:
                 raise EngineUnavailableError("embedded engine is closed")
-            self._poller = poller
-            self._stop_polling.clear()
+            if self._polling is not None:
+                return
+            self._stop_polling = threading.Event()
             self._polling = threading.Thread(
                 target=self._follow,
-                args=(poller, float(interval_s), self._stop_polling),
+                args=(poller, self._poll_interval_s, self._stop_polling),
                 name="gateway-bundle-poll",
                 daemon=True,
             )
-        self._polling.start()
+            self._polling.start()
 
     def _follow(self, poller: BundlePoller, interval_s: float, stop: threading.Event) -> None:
         while not stop.wait(interval_s):
@@ -408,19 +431,23 @@ class EmbeddedEngine:
         """Poll the bundle server once, now, on the calling thread (it blocks).
 
         Raises:
-            BundleError: this engine polls no bundle server.
+            BundleError: this engine follows no bundle server.
         """
         poller = self._poller
         if poller is None:
-            raise BundleError("engine polls no bundle server")
+            raise BundleError("engine follows no bundle server")
         return self._poll_with(poller)
 
-    def stop_polling(self) -> None:
-        """Stop polling (idempotent); a poll under way finishes first."""
+    def stop_polling(self, *, wait: bool = True) -> None:
+        """Stop polling (idempotent; :meth:`start_polling` resumes).
+
+        With ``wait``, a poll under way ends first (a download takes ``download_timeout_s``
+        at most); without, it ends by itself and its bundle, if any, is still put in force.
+        """
         with self._lock:
             thread, self._polling = self._polling, None
             self._stop_polling.set()
-        if thread is not None and thread is not threading.current_thread():
+        if wait and thread is not None and thread is not threading.current_thread():
             thread.join()
 
     @property
@@ -510,12 +537,14 @@ class EmbeddedEngine:
         return changed
 
     def close(self) -> None:
-        """Stop the worker threads and the deadline clock; later evaluations fail closed.
+        """Stop polling, the worker threads and the deadline clock; later evaluations fail closed.
+
+        An engine that follows a bundle server is held by its polling thread: close it.
 
         An evaluation already running keeps its deadline: the clock stops once it is past.
         """
         self._closed = True
-        self.stop_polling()
+        self.stop_polling(wait=False)
         self._threads.shutdown(wait=False, cancel_futures=True)
         self._finalizer.detach()
         stopper = threading.Timer(self._timeout_s + 2 * self._tick_s, self._ticker.stop)

@@ -22,7 +22,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway import Decision
-from gateway.policy import CachingAuthorizer, DecisionCache, EmbeddedEngine
+from gateway.policy import (
+    CachingAuthorizer,
+    DecisionCache,
+    EmbeddedEngine,
+    EngineUnavailableError,
+)
 from gateway.policy._bundle import (
     Bundle,
     BundleError,
@@ -703,19 +708,36 @@ def test_a_reply_that_is_not_http_is_a_failed_poll_not_an_error() -> None:
     assert result.outcome == "failed"
 
 
-def test_polling_is_started_once_and_stopped_by_close(
+def test_polling_starts_once_stops_with_close_and_follows_one_server(
     server: BundleServer,
     releases: dict[str, bytes],
     keys: dict[str, tuple[Path, VerificationKey]],
 ) -> None:
     server.serve(releases["rev-1"], '"e1"')
-    engine = _follow(server, keys["RS256"][1])
+    engine = _follow(server, keys["RS256"][1], start=False)
+    assert not engine.polling
+    engine.start_polling()
+    engine.start_polling()
+    assert engine.polling
     with pytest.raises(ValueError, match="already"):
-        engine.start_polling(server.url)
+        engine.follow(server.url)
+    engine.stop_polling()
+    assert not engine.polling
+    engine.start_polling()
     engine.close()
     assert not engine.polling
+    with pytest.raises(EngineUnavailableError):
+        engine.start_polling()
+    unfollowing = EmbeddedEngine(read_bundle(releases["rev-1"]))
+    with pytest.raises(BundleError):
+        unfollowing.start_polling()
+    with pytest.raises(BundleError):
+        unfollowing.poll_now()
     with pytest.raises(ValueError, match="positive"):
-        EmbeddedEngine(read_bundle(releases["rev-1"])).start_polling(server.url, interval_s=0)
+        unfollowing.follow(server.url, interval_s=0)
+    with pytest.raises(ValueError, match="http"):
+        unfollowing.follow("file:///etc/passwd")
+    unfollowing.close()
 
 
 def test_credentials_in_a_bundle_url_stay_out_of_the_engine_identity(
