@@ -42,6 +42,8 @@ modules := {
 	"urls": {"kind": "url", "settings": data.gateway.authz.urls.gate_settings, "problems": set()},
 	"sql": {"kind": "sql", "settings": data.gateway.authz.sql.gate_settings, "problems": set()},
 	"exec": {"kind": "exec", "settings": data.gateway.authz.exec.gate_settings, "problems": set()},
+	"mcp_resource": {"kind": "mcp_resource", "settings": data.gateway.authz.mcp.gate_settings, "problems": set()},
+	"mcp_prompt": {"kind": "mcp_prompt", "settings": data.gateway.authz.mcp.gate_settings, "problems": set()},
 	"tenancy": {"kind": "", "settings": data.gateway.authz.tenancy.gate_settings, "problems": data.gateway.authz.tenancy.gate_problems},
 	"limits": {"kind": "", "settings": data.gateway.authz.limits.gate_settings, "problems": data.gateway.authz.limits.gate_problems},
 }
@@ -66,6 +68,7 @@ problems contains object.union(found, {"tool": entry.tool.name}) if {
 problems contains {"tool": name, "severity": "warning", "problem": "has settings in data.gateway.config.tools but no served tool has this name"} if {
 	some name, _ in tools
 	not name in served
+	not data.gateway.authz.mcp.actions[name] # MCP actions are decided, never served as tools
 }
 
 # -- the checks of one tool (input: one entry of input.tools) --------------------------

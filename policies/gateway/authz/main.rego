@@ -70,6 +70,8 @@ kind_denials := data.gateway.authz.paths.deny if {
 	tool.kind == "sql"
 } else := data.gateway.authz.exec.deny if {
 	tool.kind == "exec"
+} else := data.gateway.authz.mcp.deny if {
+	tool.kind in {"mcp_resource", "mcp_prompt"}
 } else := set()
 
 denials := (caller_denials | access_denials) | argument_denials

@@ -4,6 +4,7 @@ import data.gateway.authz.caller
 import data.gateway.authz.exec
 import data.gateway.authz.fixtures_test as fx
 import data.gateway.authz.limits
+import data.gateway.authz.mcp
 import data.gateway.authz.paths
 import data.gateway.authz.rbac
 import data.gateway.authz.sql
@@ -135,10 +136,10 @@ test_only_true_allows if {
 # main.rego evaluates a module's deny set only when the module applies (and none on the
 # fast path for plain generic tools), and skips the caller and rbac deny sets when
 # caller.valid and rbac.permitted hold. The stage sets must still equal the plain unions.
-all_argument_denials := ((((tenancy.deny | paths.deny) | urls.deny) | sql.deny) | limits.deny) | exec.deny
+all_argument_denials := (((((tenancy.deny | mcp.deny) | paths.deny) | urls.deny) | sql.deny) | limits.deny) | exec.deny
 
 dispatch_inputs := [fx.request(tool, args, ctx) |
-	some tool in ["add", "search", "read_file", "write_file", "fetch_url", "query_db", "pay", "run_command", "nope"]
+	some tool in ["add", "search", "read_file", "write_file", "fetch_url", "query_db", "pay", "run_command", "mcp.resources.read", "mcp.prompts.get", "nope"]
 	some args in [
 		{},
 		{

@@ -14,7 +14,7 @@ import data.gateway.authz.lib.tool_name
 module := "rbac"
 
 # Tool kinds this library knows how to constrain.
-kinds := {"filesystem", "url", "sql", "exec", "payment", "generic"}
+kinds := {"filesystem", "url", "sql", "exec", "payment", "mcp_resource", "mcp_prompt", "generic"}
 
 # The caller's roles that grant the called tool.
 granting_roles contains r if {
