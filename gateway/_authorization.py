@@ -122,7 +122,7 @@ class AuthorizerFunc:
 
     def __init__(self, fn: AuthorizerFunction) -> None:
         if fn is None or not callable(fn):
-            raise InvalidToolError("tool: invalid tool: authorizer is nil")
+            raise InvalidToolError.because("authorizer is nil")
         self._fn = fn
 
     async def authorize(self, authorization: Authorization) -> bool | Decision:
@@ -151,11 +151,8 @@ class AuthorizationError(GatewayError):
     code: ClassVar[str] = "no_decision"
 
     def __init__(self, tool_name: str, cause: BaseException | None) -> None:
-        message = (
-            f'tool: authorization for "{tool_name}" failed'
-            if tool_name
-            else "tool: authorization failed"
-        )
+        what = f'authorization for "{tool_name}"' if tool_name else "authorization"
+        message = f"{self.prefix}: {what} failed"
         super().__init__(message)
         self._tool_name = tool_name
         self._cause = cause

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway._errors import InvalidInvocationError
+from gateway._errors import InvalidToolCallError
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,18 +24,19 @@ class ToolCall:
         """Check the fields that the call itself owns: a non-empty id, then a non-empty name.
 
         Raises:
-            InvalidInvocationError: the id (checked first) or the name is empty or not text.
+            InvalidToolCallError: the id (checked first) or the name is empty or not text
+                (an :class:`InvalidInvocationError`).
         """
         if not isinstance(self.id, str) or not self.id:
-            raise InvalidInvocationError("tool: invalid tool call: ID must not be empty")
+            raise InvalidToolCallError.because("ID must not be empty")
         if not _is_text(self.id):
-            raise InvalidInvocationError("tool: invalid tool call: ID is not valid UTF-8 text")
+            raise InvalidToolCallError.because("ID is not valid UTF-8 text")
         if not isinstance(self.name, str) or not self.name:
-            raise InvalidInvocationError("tool: invalid tool call: name must not be empty")
+            raise InvalidToolCallError.because("name must not be empty")
         if not _is_text(self.name):
-            raise InvalidInvocationError("tool: invalid tool call: name is not valid UTF-8 text")
+            raise InvalidToolCallError.because("name is not valid UTF-8 text")
         if not isinstance(self.arguments, str | bytes | bytearray):
-            raise InvalidInvocationError("tool: invalid tool call: arguments must be JSON text")
+            raise InvalidToolCallError.because("arguments must be JSON text")
 
 
 def _is_text(value: str) -> bool:

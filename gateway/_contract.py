@@ -91,9 +91,8 @@ def capability(tool: object, protocol: type[_T]) -> _T | None:
         if not isinstance(node, WrappingTool):
             return None
         if depth == MAX_WRAPPING_DEPTH:
-            raise InvalidWrappingChainError(
-                f"tool: invalid wrapping chain: {type(tool).__name__} exceeds "
-                f"{MAX_WRAPPING_DEPTH} wrappers"
+            raise InvalidWrappingChainError.because(
+                f"{type(tool).__name__} exceeds {MAX_WRAPPING_DEPTH} wrappers"
             )
         node = node.unwrap()
         depth += 1
@@ -114,7 +113,7 @@ class AdmissionLimits:
 
     def __post_init__(self) -> None:
         if self.max_argument_bytes < 2 or self.max_depth < 1:
-            raise InvalidToolError("tool: invalid tool: admission limits are too small")
+            raise InvalidToolError.because("admission limits are too small")
 
 
 DEFAULT_LIMITS: Final = AdmissionLimits()
@@ -161,9 +160,7 @@ class Invocation:
 
     def __init__(self, token: object, state: _ContractState, arguments: bytes, call_id: str):
         if token is not _TOKEN:
-            raise InvalidInvocationError(
-                "tool: invalid invocation: only Contract.prepare creates invocations"
-            )
+            raise InvalidInvocationError.because("only Contract.prepare creates invocations")
         self._state = state
         self._arguments = arguments
         self._call_id = call_id
@@ -198,7 +195,7 @@ class Contract:
 
     def __init__(self, token: object, state: _ContractState) -> None:
         if token is not _TOKEN:
-            raise InvalidToolError("tool: invalid tool: contracts are made by bind()")
+            raise InvalidToolError.because("contracts are made by bind()")
         self._state = state
 
     @property
@@ -227,47 +224,42 @@ class Contract:
                 exception is kept as ``__cause__``.
         """
         if not isinstance(call, ToolCall):
-            raise InvalidInvocationError("tool: invalid invocation: expected a ToolCall")
+            raise InvalidInvocationError.because("expected a ToolCall")
         try:
             call.validate()
         except InvalidInvocationError as exc:
-            raise InvalidInvocationError(f"tool: invalid invocation: {exc}") from None
+            raise InvalidInvocationError.because(str(exc)) from None
         state = self._state
         want = state.definition.name
         if call.name != want:
-            raise InvalidInvocationError(
-                f"tool: invalid invocation: call name {call.name!r} does not match bound "
-                f"tool {want!r}"
+            raise InvalidInvocationError.because(
+                f"call name {call.name!r} does not match bound tool {want!r}"
             )
         raw = call.arguments
         if isinstance(raw, str):
             try:
                 raw = raw.encode("utf-8")
             except UnicodeEncodeError:
-                raise InvalidInvocationError(
-                    "tool: invalid invocation: arguments: value must be one valid RFC 7493 "
-                    "JSON document"
+                raise InvalidInvocationError.because(
+                    "arguments: value must be one valid RFC 7493 JSON document"
                 ) from None
         else:
             raw = bytes(raw)
         limit = state.limits.max_argument_bytes
         if len(raw) > limit:
-            raise InvalidInvocationError(
-                f"tool: invalid invocation: arguments: document exceeds {limit} bytes"
-            )
+            raise InvalidInvocationError.because(f"arguments: document exceeds {limit} bytes")
         if _json.is_blank(raw):
             raw = b"{}"
         try:
             value = _json.parse(raw, max_depth=state.limits.max_depth)
         except _json.StrictJSONError as exc:
-            raise InvalidInvocationError(
-                "tool: invalid invocation: arguments: value must be one valid RFC 7493 JSON "
-                f"document ({exc})"
+            raise InvalidInvocationError.because(
+                f"arguments: value must be one valid RFC 7493 JSON document ({exc})"
             ) from None
         try:
             state.schema.validate(value)
         except Exception as exc:  # noqa: BLE001 - any validator failure (even a decimal error) refuses
-            raise InvalidInvocationError(f"tool: invalid invocation: arguments: {exc}") from None
+            raise InvalidInvocationError.because(f"arguments: {exc}") from None
         if state.validator is not None:
             _run_validator(state.validator, raw)
         return Invocation(_TOKEN, state, raw, call.id)
@@ -277,10 +269,10 @@ def _run_validator(validator: InputValidator, raw: bytes) -> None:
     try:
         validator(raw)
     except ValueFreeRefusalError as exc:
-        raise InvalidInvocationError(f"tool: invalid invocation: arguments: {exc}") from exc
+        raise InvalidInvocationError.because(f"arguments: {exc}") from exc
     except Exception as exc:
-        raise InvalidInvocationError(
-            "tool: invalid invocation: arguments: refused by the tool's input validator"
+        raise InvalidInvocationError.because(
+            "arguments: refused by the tool's input validator"
         ) from exc
 
 
@@ -294,7 +286,7 @@ class Binding:
 
     def __init__(self, token: object, contract: Contract, tool: Tool) -> None:
         if token is not _TOKEN:
-            raise InvalidToolError("tool: invalid tool: bindings are made by bind()")
+            raise InvalidToolError.because("bindings are made by bind()")
         self._contract = contract
         self._tool = tool
 
@@ -324,9 +316,7 @@ class Binding:
         # Contract identity is deliberately private to this module; nothing else can read it.
         owner = invocation._state if isinstance(invocation, Invocation) else None  # noqa: SLF001
         if owner is not self._contract._state:  # noqa: SLF001
-            raise InvalidInvocationError(
-                "tool: invalid invocation: invocation does not belong to binding"
-            )
+            raise InvalidInvocationError.because("invocation does not belong to binding")
         return await self._tool.call(invocation)
 
     def __repr__(self) -> str:
@@ -345,28 +335,26 @@ def bind(tool: Tool, *, limits: AdmissionLimits = DEFAULT_LIMITS) -> Binding:
             fails (including an invalid wrapping chain).
     """
     if tool is None or not isinstance(tool, Tool):
-        raise InvalidToolError("tool: invalid tool: tool is nil")
+        raise InvalidToolError.because("tool is nil")
     if not isinstance(limits, AdmissionLimits):
-        raise InvalidToolError("tool: invalid tool: limits must be AdmissionLimits")
+        raise InvalidToolError.because("limits must be AdmissionLimits")
     try:
         definition = tool.definition()
     except Exception as exc:
-        raise InvalidToolError(f"tool: invalid tool: definition: {exc}") from exc
+        raise InvalidToolError.because(f"definition: {exc}") from exc
     if not isinstance(definition, ToolDefinition):
-        raise InvalidToolError("tool: invalid tool: definition() must return a ToolDefinition")
+        raise InvalidToolError.because("definition() must return a ToolDefinition")
     try:
         schema = _schema.compile_schema(definition.input_schema_json)
     except _schema.SchemaError as exc:
-        raise InvalidToolError(
-            f"tool: invalid tool: input schema: jsonschema: invalid schema: {exc}"
-        ) from None
+        raise InvalidToolError.because(f"input schema: jsonschema: invalid schema: {exc}") from None
     try:
         # mypy refuses protocol classes as type[T]; runtime_checkable makes this sound.
         declaring = capability(tool, InputValidatingTool)  # type: ignore[type-abstract]
         validator = None if declaring is None else declaring.input_validator()
     except Exception as exc:
-        raise InvalidToolError(f"tool: invalid tool: input validation: {exc}") from exc
+        raise InvalidToolError.because(f"input validation: {exc}") from exc
     if validator is not None and not callable(validator):
-        raise InvalidToolError("tool: invalid tool: input validation: validator is not callable")
+        raise InvalidToolError.because("input validation: validator is not callable")
     state = _ContractState(definition, schema, validator, limits)
     return Binding(_TOKEN, Contract(_TOKEN, state), tool)

@@ -27,21 +27,15 @@ def _schema_bytes(input_schema: object) -> bytes:
         try:
             return input_schema.encode("utf-8")
         except UnicodeEncodeError:
-            raise InvalidDefinitionError(
-                "tool: invalid tool definition: input schema is not valid UTF-8"
-            ) from None
+            raise InvalidDefinitionError.because("input schema is not valid UTF-8") from None
     if isinstance(input_schema, Mapping):
         try:
             return _json.canonical(dict(input_schema))
         except (_json.StrictJSONError, RecursionError):
-            raise InvalidDefinitionError(
-                "tool: invalid tool definition: input schema must be a JSON object"
-            ) from None
+            raise InvalidDefinitionError.because("input schema must be a JSON object") from None
     if input_schema is None:
         return b""
-    raise InvalidDefinitionError(
-        "tool: invalid tool definition: input schema must be a mapping or JSON text"
-    )
+    raise InvalidDefinitionError.because("input schema must be a mapping or JSON text")
 
 
 def _object_bytes(value: object, what: str) -> bytes | None:
@@ -59,13 +53,11 @@ def _object_bytes(value: object, what: str) -> bytes | None:
     else:
         document = None
     if not isinstance(document, dict):
-        raise InvalidDefinitionError(f"tool: invalid tool definition: {what} must be a JSON object")
+        raise InvalidDefinitionError.because(f"{what} must be a JSON object")
     try:
         return _json.canonical(document)
     except (_json.StrictJSONError, RecursionError, UnicodeError):
-        raise InvalidDefinitionError(
-            f"tool: invalid tool definition: {what} must be a JSON object"
-        ) from None
+        raise InvalidDefinitionError.because(f"{what} must be a JSON object") from None
 
 
 class ToolDefinition:
@@ -126,42 +118,32 @@ class ToolDefinition:
                 if imported
                 else ("1-64 characters of [A-Za-z0-9_-]")
             )
-            raise InvalidDefinitionError(
-                f"tool: invalid tool definition: name {name!r} must be {limits}"
-            )
+            raise InvalidDefinitionError.because(f"name {name!r} must be {limits}")
         if not isinstance(description, str):
-            raise InvalidDefinitionError("tool: invalid tool definition: description must be text")
+            raise InvalidDefinitionError.because("description must be text")
         try:
             description.encode("utf-8")
         except UnicodeEncodeError:
-            raise InvalidDefinitionError(
-                "tool: invalid tool definition: description is not valid UTF-8"
-            ) from None
+            raise InvalidDefinitionError.because("description is not valid UTF-8") from None
         schema = _schema_bytes(input_schema)
         if not schema:
-            raise InvalidDefinitionError("tool: invalid tool definition: missing input schema")
+            raise InvalidDefinitionError.because("missing input schema")
         try:
             document = _json.parse(schema, max_depth=10_000)
         except _json.StrictJSONError:
             document = None
         if not isinstance(document, dict):
-            raise InvalidDefinitionError(
-                "tool: invalid tool definition: input schema must be a JSON object"
-            )
+            raise InvalidDefinitionError.because("input schema must be a JSON object")
         kind = document.get("type")
         if not isinstance(kind, str) or kind != "object":
-            raise InvalidDefinitionError(
-                'tool: invalid tool definition: input schema type must be "object"'
-            )
+            raise InvalidDefinitionError.because('input schema type must be "object"')
         if title is not None:
             if not isinstance(title, str):
-                raise InvalidDefinitionError("tool: invalid tool definition: title must be text")
+                raise InvalidDefinitionError.because("title must be text")
             try:
                 title.encode("utf-8")
             except UnicodeEncodeError:
-                raise InvalidDefinitionError(
-                    "tool: invalid tool definition: title is not valid UTF-8"
-                ) from None
+                raise InvalidDefinitionError.because("title is not valid UTF-8") from None
         annotations_json = _object_bytes(annotations, "annotations")
         output_json = _object_bytes(output_schema, "output schema")
         object.__setattr__(self, "_name", name)

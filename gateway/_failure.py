@@ -48,18 +48,18 @@ class Failure(GatewayError):  # noqa: N818 - the public name is fixed by the cor
         try:
             resolved = FailureKind(kind)
         except ValueError:
-            raise InvalidFailureError(f"tool: invalid failure: kind {kind!r}") from None
+            raise InvalidFailureError.because(f"kind {kind!r}") from None
         if cause is not None and not isinstance(cause, BaseException):
-            raise InvalidFailureError("tool: invalid failure: cause must be an exception")
+            raise InvalidFailureError.because("cause must be an exception")
         if resolved is FailureKind.FAILED and cause is None:
-            raise InvalidFailureError("tool: invalid failure: failed outcome requires a cause")
+            raise InvalidFailureError.because("failed outcome requires a cause")
         if output is None:
             output = ToolOutput()
         elif isinstance(output, str):
             output = ToolOutput.from_text(output)
         elif not isinstance(output, ToolOutput):
-            raise InvalidFailureError("tool: invalid failure: output must be a ToolOutput")
-        super().__init__(f"tool: {resolved.value}")
+            raise InvalidFailureError.because("output must be a ToolOutput")
+        super().__init__(f"{self.prefix}: {resolved.value}")
         self._kind = resolved
         self._output = output
         self._cause = cause

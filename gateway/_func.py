@@ -37,26 +37,24 @@ def _arguments_model(fn: Callable[..., Any], name: str) -> type[pydantic.BaseMod
     try:
         signature = inspect.signature(fn, eval_str=True)
     except (NameError, TypeError, ValueError) as exc:
-        raise InvalidToolError(f"tool: invalid tool: signature of {name!r}: {exc}") from None
+        raise InvalidToolError.because(f"signature of {name!r}: {exc}") from None
     fields: dict[str, Any] = {}
     for parameter in signature.parameters.values():
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
-            raise InvalidToolError(
-                f"tool: invalid tool: {name!r}: *args and **kwargs cannot be described by a schema"
+            raise InvalidToolError.because(
+                f"{name!r}: *args and **kwargs cannot be described by a schema"
             )
         if parameter.kind is parameter.POSITIONAL_ONLY:
-            raise InvalidToolError(
-                f"tool: invalid tool: {name!r}: positional-only parameter {parameter.name!r}"
+            raise InvalidToolError.because(
+                f"{name!r}: positional-only parameter {parameter.name!r}"
             )
         if parameter.annotation is parameter.empty:
-            raise InvalidToolError(
-                f"tool: invalid tool: {name!r}: parameter {parameter.name!r} needs a type "
-                "annotation"
+            raise InvalidToolError.because(
+                f"{name!r}: parameter {parameter.name!r} needs a type annotation"
             )
         if parameter.name.startswith("_"):
-            raise InvalidToolError(
-                f"tool: invalid tool: {name!r}: parameter {parameter.name!r} must not start "
-                "with an underscore"
+            raise InvalidToolError.because(
+                f"{name!r}: parameter {parameter.name!r} must not start with an underscore"
             )
         default = ... if parameter.default is parameter.empty else parameter.default
         fields[parameter.name] = (parameter.annotation, default)
@@ -65,7 +63,7 @@ def _arguments_model(fn: Callable[..., Any], name: str) -> type[pydantic.BaseMod
             f"{name}_arguments", __config__=_CONFIG, **fields
         )
     except Exception as exc:  # noqa: BLE001 - pydantic raises several unrelated types here
-        raise InvalidToolError(f"tool: invalid tool: {name!r}: input type: {exc}") from None
+        raise InvalidToolError.because(f"{name!r}: input type: {exc}") from None
     return model
 
 
@@ -73,7 +71,7 @@ def _derive_schema(model: type[pydantic.BaseModel], name: str) -> dict[str, Any]
     try:
         schema = model.model_json_schema()
     except Exception as exc:  # noqa: BLE001 - as above, for types pydantic cannot describe
-        raise InvalidToolError(f"tool: invalid tool: {name!r}: input schema: {exc}") from None
+        raise InvalidToolError.because(f"{name!r}: input schema: {exc}") from None
     schema.pop("title", None)
     _drop_unassertable_formats(schema)
     return {"$schema": _DIALECT, **schema}
@@ -294,7 +292,7 @@ class Func:
         description: str | None = None,
     ) -> None:
         if fn is None or not callable(fn):
-            raise InvalidToolError("tool: invalid tool: function is nil")
+            raise InvalidToolError.because("function is nil")
         tool_name = name if name is not None else getattr(fn, "__name__", "")
         if description is None:
             description = inspect.getdoc(fn) or ""
@@ -303,7 +301,7 @@ class Func:
         try:
             definition = ToolDefinition(tool_name, schema, description)
         except InvalidToolError as exc:
-            raise InvalidToolError(f"tool: invalid tool: definition: {exc}") from None
+            raise InvalidToolError.because(f"definition: {exc}") from None
         self._fn = fn
         self._is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
             getattr(fn, "__call__", None)  # noqa: B004 - async callable objects
@@ -331,7 +329,7 @@ class Func:
             InvalidToolOutputError: the result cannot be encoded as JSON.
         """
         if not isinstance(invocation, Invocation):
-            raise InvalidToolError("tool: invalid tool: expected an Invocation")
+            raise InvalidToolError.because("expected an Invocation")
         try:
             decoded = _decode(self._model, invocation.arguments, self._declared)
         except ValueError as exc:

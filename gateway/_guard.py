@@ -49,24 +49,20 @@ class Guard:
 
     def __init__(self, *, tool: Tool, authorizer: Authorizer) -> None:
         if authorizer is None:
-            raise InvalidToolError("tool: invalid tool: authorizer is nil")
+            raise InvalidToolError.because("authorizer is nil")
         if not isinstance(authorizer, Authorizer):
-            raise InvalidToolError(
-                "tool: invalid tool: authorizer must have an async authorize() method "
+            raise InvalidToolError.because(
+                "authorizer must have an async authorize() method "
                 "(wrap plain functions in AuthorizerFunc)"
             )
         if tool is None or not isinstance(tool, Tool):
-            raise InvalidToolError("tool: invalid tool: authorization guard tool is nil")
+            raise InvalidToolError.because("authorization guard tool is nil")
         try:
             definition = tool.definition()
         except Exception as exc:
-            raise InvalidToolError(
-                f"tool: invalid tool: authorization guard definition: {exc}"
-            ) from exc
+            raise InvalidToolError.because(f"authorization guard definition: {exc}") from exc
         if not isinstance(definition, ToolDefinition):
-            raise InvalidToolError(
-                "tool: invalid tool: authorization guard definition: not a ToolDefinition"
-            )
+            raise InvalidToolError.because("authorization guard definition: not a ToolDefinition")
         self._tool = tool
         self._authorizer = authorizer
         self._definition = definition

@@ -19,10 +19,10 @@ class TextContent:
 
     def __post_init__(self) -> None:
         if not isinstance(self.text, str) or not self.text:
-            raise InvalidToolOutputError("tool: invalid tool output: text item needs text")
+            raise InvalidToolOutputError.because("text item needs text")
         object.__setattr__(self, "citations", tuple(self.citations))
         if not all(isinstance(c, str) for c in self.citations):
-            raise InvalidToolOutputError("tool: invalid tool output: citations must be text")
+            raise InvalidToolOutputError.because("citations must be text")
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,11 +35,9 @@ class MediaContent:
 
     def __post_init__(self) -> None:
         if not isinstance(self.mime_type, str) or "/" not in self.mime_type:
-            raise InvalidToolOutputError("tool: invalid tool output: media needs a MIME type")
+            raise InvalidToolOutputError.because("media needs a MIME type")
         if (self.data is None) == (self.uri is None):
-            raise InvalidToolOutputError(
-                "tool: invalid tool output: media needs exactly one of data or uri"
-            )
+            raise InvalidToolOutputError.because("media needs exactly one of data or uri")
         if self.data is not None:
             object.__setattr__(self, "data", bytes(self.data))
 
@@ -66,19 +64,18 @@ class ToolOutput:
         items = tuple(self.content)
         for index, item in enumerate(items):
             if not isinstance(item, TextContent | MediaContent):
-                raise InvalidToolOutputError(
-                    f"tool: invalid tool output: content[{index}]: "
-                    f"{type(item).__name__} is not a text or media item"
+                raise InvalidToolOutputError.because(
+                    f"content[{index}]: {type(item).__name__} is not a text or media item"
                 )
         object.__setattr__(self, "content", items)
         if self.details is not None:
             if not isinstance(self.details, bytes | bytearray | memoryview):
-                raise InvalidToolOutputError("tool: invalid tool output: details must be bytes")
+                raise InvalidToolOutputError.because("details must be bytes")
             raw = bytes(self.details)
             try:
                 _json.parse(raw, max_depth=10_000)
             except _json.StrictJSONError as exc:
-                raise InvalidToolOutputError(f"tool: invalid tool output: details: {exc}") from None
+                raise InvalidToolOutputError.because(f"details: {exc}") from None
             object.__setattr__(self, "details", raw)
 
     @classmethod
@@ -100,9 +97,9 @@ class ToolOutput:
         elif isinstance(raw, bytes | bytearray | memoryview):
             data = bytes(raw)
         else:
-            raise InvalidToolOutputError("tool: invalid tool output: details must be JSON text")
+            raise InvalidToolOutputError.because("details must be JSON text")
         if not data.strip():
-            raise InvalidToolOutputError("tool: invalid tool output: details are empty")
+            raise InvalidToolOutputError.because("details are empty")
         return cls(details=data)
 
     @classmethod

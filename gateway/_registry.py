@@ -43,16 +43,12 @@ class Registry:
                 raise InvalidToolError(f"tools[{index}]: {exc}") from exc
             name = binding.definition.name
             if name in pending:
-                raise DuplicateToolError(
-                    f"tool: duplicate tool: {name!r} appears more than once in batch"
-                )
+                raise DuplicateToolError.because(f"{name!r} appears more than once in batch")
             pending[name] = binding
         with self._lock:
             for name in pending:
                 if name in self._bindings:
-                    raise DuplicateToolError(
-                        f"tool: duplicate tool: {name!r} is already registered"
-                    )
+                    raise DuplicateToolError.because(f"{name!r} is already registered")
             self._bindings.update(pending)
 
     def resolve(self, name: str) -> Binding | None:
