@@ -90,9 +90,9 @@ def main(count: int) -> None:
         trail_size = sum(p.stat().st_size for p in trail.iterdir())
         with EmbeddedEngine.from_directory(root / "candidate") as candidate:
             rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             report = asyncio.run(replay(trail, candidate, path=PATH, capture=capture, keyring=RING))
-            elapsed = time.perf_counter() - started
+            elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
             rss_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
             # Again under tracemalloc (which slows it down), for the Python heap's peak.
             tracemalloc.start()
@@ -107,6 +107,7 @@ def main(count: int) -> None:
         )
         print(
             f"replayed:  {report.replayed} in {elapsed:.2f} s = {count / elapsed:,.0f} decisions/s"
+            f" ({cpu:.2f} s of CPU = {count / cpu:,.0f} decisions per CPU second)"
         )
         print(f"changes:   {dict(sorted(report.changes.items()))}")
         print(
