@@ -157,13 +157,14 @@ class DecisionTap:
         ):
             self.unobserved += 1
             return
-        # Encoded now, as the decision is recorded: the facts (path facts resolve on the
-        # filesystem) are fixed here, for the capture and the candidate alike.
-        document_json = observation.document.to_json()
         if self._capture is not None:
+            # Encoded as the decision is recorded: the facts (path facts resolve on the
+            # filesystem) are fixed here, for the capture and the shadow candidate alike.
+            # Without a capture nothing is encoded here: the candidate's engine encodes the
+            # document off this call's path (an embedded candidate on its own threads).
             self._capture.record(
                 decision_id,
-                document_json,
+                observation.document.to_json(),
                 tool=observation.tool,
                 roles=observation.roles(),
                 recorded=observation.recorded,
