@@ -455,6 +455,11 @@ class EmbeddedEngine:
         """Whether a bundle server is being polled."""
         return self._polling is not None
 
+    @property
+    def following(self) -> bool:
+        """Whether this engine follows a bundle server (see :meth:`follow`)."""
+        return self._poller is not None
+
     def reload(self) -> bool:
         """Rebuild from the directory this engine was compiled from; keep the old on failure.
 

@@ -501,8 +501,9 @@ def _follow(server: BundleServer, key: VerificationKey, **options: Any) -> Embed
 
 
 def _rounds(server: BundleServer, count: int) -> None:
-    # The poller asks again only once it has acted on the previous answer, so `count`
-    # more answered requests mean the answer before them is in force.
+    # The poller asks again only once it has acted on the previous answer. Of `count` more
+    # answered requests, the first may have been asked before the change, the second was
+    # asked after it, and a third answered means the poller acted on the second.
     assert server.wait_for_requests(server.answered + count)
 
 
@@ -516,7 +517,7 @@ def test_an_engine_follows_its_bundle_server_to_each_new_signed_revision(
         assert (engine.revision(), _limit(engine)) == ("rev-1", "1.50")
         assert engine.polling
         server.serve(releases["rev-2"], '"e2"')
-        _rounds(server, 2)
+        _rounds(server, 3)
         assert (engine.revision(), _limit(engine)) == ("rev-2", "2.50")
         assert engine.last_poll is not None
         assert engine.last_poll.outcome in ("activated", "unchanged")
@@ -570,12 +571,12 @@ def test_a_failing_bundle_server_keeps_the_last_good_bundle_and_is_polled_again(
     server.serve(releases["rev-1"], '"e1"')
     with _follow(server, keys["RS256"][1], poll_interval_s=0.01) as engine:
         server.fail(status)
-        _rounds(server, 2)
+        _rounds(server, 3)
         assert engine.last_poll is not None
         assert engine.last_poll.outcome == "failed"
         assert _limit(engine) == "1.50"
         server.serve(releases["rev-3"], '"e3"')
-        _rounds(server, 2)
+        _rounds(server, 3)
         assert (engine.revision(), _limit(engine)) == ("rev-3", "3.50")
 
 
@@ -715,6 +716,7 @@ def test_polling_starts_once_stops_with_close_and_follows_one_server(
 ) -> None:
     server.serve(releases["rev-1"], '"e1"')
     engine = _follow(server, keys["RS256"][1], start=False)
+    assert engine.following
     assert not engine.polling
     engine.start_polling()
     engine.start_polling()
@@ -729,6 +731,7 @@ def test_polling_starts_once_stops_with_close_and_follows_one_server(
     with pytest.raises(EngineUnavailableError):
         engine.start_polling()
     unfollowing = EmbeddedEngine(read_bundle(releases["rev-1"]))
+    assert not unfollowing.following
     with pytest.raises(BundleError):
         unfollowing.start_polling()
     with pytest.raises(BundleError):

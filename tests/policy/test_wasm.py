@@ -114,9 +114,17 @@ def test_an_evaluation_past_its_deadline_fails_closed_with_engine_timeout(slow: 
     with pytest.raises(EngineTimeoutError) as caught:
         engine.evaluate_sync("slow/spin", b'{"n": 100000000}')
     assert caught.value.code == "engine_timeout"
-    # The thread's instance was replaced: the next evaluation runs normally.
-    assert engine.evaluate_sync("slow/spin", b'{"n": 70}').value == 10
+    # The thread's instance was replaced: the next evaluation runs normally. (It takes
+    # microseconds; a busy machine may still preempt it past a 1 ms deadline: a few tries.)
+    assert any(_spins(engine) for _ in range(20))
     engine.close()
+
+
+def _spins(engine: EmbeddedEngine) -> bool:
+    try:
+        return bool(engine.evaluate_sync("slow/spin", b'{"n": 70}').value == 10)
+    except EngineTimeoutError:
+        return False
 
 
 async def test_a_deadline_passing_inside_a_host_builtin_is_a_timeout_too(slow: Bundle) -> None:
