@@ -44,6 +44,13 @@ bundle:
 test: $(STAMP)
 	OPA_BIN="$$(scripts/provision-opa)" && export OPA_BIN && $(BIN)/python -m pytest
 
+# The fast unit suite: no opa, no child process, no live server (tests/conftest.py marks the
+# rest "integration", load tests "slow", and fails a fast test that starts a process or binds a
+# socket); properties run on fewer examples. make check runs everything.
+.PHONY: test-fast
+test-fast: $(STAMP)
+	GATEWAY_FAST_SUITE=1 $(BIN)/python -m pytest -m "not integration and not slow" -q -p no:cacheprovider
+
 check: lint typecheck policy-test test
 
 bench: $(STAMP)
