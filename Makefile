@@ -41,8 +41,11 @@ policy-test:
 bundle:
 	OPA_BIN="$$(scripts/provision-opa)" && scripts/build-bundle "$$OPA_BIN"
 
+# scripts/provision-mcp installs the real MCP clients and servers of tests/mcp/real (pinned
+# by tests/mcp/real/package-lock.json and requirements.lock); it fails the run if it cannot.
 test: $(STAMP)
-	OPA_BIN="$$(scripts/provision-opa)" && export OPA_BIN && $(BIN)/python -m pytest
+	OPA_BIN="$$(scripts/provision-opa)" && export OPA_BIN && \
+	MCP_PEERS="$$(scripts/provision-mcp)" && export MCP_PEERS && $(BIN)/python -m pytest
 
 # The fast unit suite: no opa, no child process, no live server (tests/conftest.py marks the
 # rest "integration", load tests "slow", and fails a fast test that starts a process or binds a
