@@ -49,14 +49,16 @@ DEFAULT_REVISION_INTERVAL: Final = 5.0
 
 
 def _base_url(url: str) -> str:
-    # ``scheme://host:port``, OPA's port 8181 when none is given; every request starts here.
+    # ``scheme://host:port`` (8181, OPA's, for http and 443 for https when none is given);
+    # every request starts here, decisions and health checks alike.
     parsed = urllib.parse.urlsplit(url)
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
         raise ValueError(f"OPA URL must be http(s)://host[:port], got {url!r}")
     if parsed.path not in ("", "/") or parsed.query or parsed.fragment or parsed.username:
         raise ValueError(f"OPA URL must not carry a path, query or credentials: {url!r}")
     host = f"[{parsed.hostname}]" if ":" in parsed.hostname else parsed.hostname
-    return f"{parsed.scheme}://{host}:{parsed.port or 8181}"
+    port = parsed.port or (443 if parsed.scheme == "https" else 8181)
+    return f"{parsed.scheme}://{host}:{port}"
 
 
 def _auth_headers(token: str | None) -> dict[str, str]:

@@ -535,7 +535,7 @@ async def test_without_a_token_no_authorization_header_is_sent() -> None:
     ("url", "base"),
     [
         pytest.param("http://opa.internal", "http://opa.internal:8181", id="no-port"),
-        pytest.param("https://opa.internal/", "https://opa.internal:8181", id="https-no-port"),
+        pytest.param("https://opa.internal/", "https://opa.internal:443", id="https-no-port"),
         pytest.param("http://127.0.0.1:9191", "http://127.0.0.1:9191", id="port"),
         pytest.param("http://[::1]:9191", "http://[::1]:9191", id="ipv6"),
         pytest.param("http://[::1]", "http://[::1]:8181", id="ipv6-no-port"),
