@@ -721,8 +721,12 @@ def test_an_undefined_gate_answer_is_a_gate_error(tmp_path: Path) -> None:
         check_policy_coverage([tool("add")], engine)
 
 
-def test_a_bundle_without_the_gate_entrypoint_is_a_gate_error_naming_it() -> None:
-    with shipped_engine() as engine, pytest.raises(GateError, match=GATE_PATH):
+def test_a_bundle_without_the_gate_entrypoint_is_a_gate_error_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "main.rego").write_text(
+        "package gateway.authz\n\ndecision := false\n", encoding="utf-8"
+    )
+    engine = EmbeddedEngine.from_directory(tmp_path, opa_binary=provisioned_opa())
+    with engine, pytest.raises(GateError, match=GATE_PATH):
         check_policy_coverage([tool("add")], engine)
 
 
