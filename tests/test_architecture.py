@@ -248,12 +248,37 @@ def test_the_import_checker_sees_every_import_form(tmp_path: Path) -> None:
 # Layer rules: every layer's imports point down, and siblings keep to each other's public face.
 # A rule is (layer, forbidden import prefix, why). A prefix ending in "._" forbids the private
 # modules of that package only.
+# The surfaces, above the service layer; gateway.replay sits beside the audit trail (it reads
+# trails and evaluates policies) and the service layer may use it.
+_SURFACES = ("gateway.service", "gateway.server", "gateway.mcp", "gateway.cli")
+_BELOW = ("gateway.policy", "gateway.audit", "gateway.replay", "gateway.testing")
 LAYER_RULES: tuple[tuple[str, str, str], ...] = (
+    *(("core", layer, "the core knows no layer") for layer in (*_BELOW, *_SURFACES)),
+    ("policy", "gateway.audit", "the policy layer plugs into the core only as an Authorizer"),
+    ("policy", "gateway.replay", "the policy layer knows nothing of replay"),
+    *(("policy", layer, "policy never imports surfaces") for layer in _SURFACES),
+    ("policy", "gateway.testing", "fakes are for tests"),
+    ("audit", "gateway.policy._", "audit reads the policy layer's public face only"),
+    ("audit", "gateway.replay", "the audit trail knows nothing of replay"),
+    *(("audit", layer, "audit never imports surfaces") for layer in _SURFACES),
+    ("audit", "gateway.testing", "fakes are for tests"),
     ("service", "gateway.server", "the service layer is under every surface"),
     ("service", "gateway.mcp", "the service layer is under every surface"),
     ("service", "gateway.cli", "the service layer is under every surface"),
+    ("service", "gateway.testing", "fakes are for tests"),
     ("server", "gateway.mcp", "HTTP and MCP are siblings on the service layer"),
     ("mcp", "gateway.server", "HTTP and MCP are siblings on the service layer"),
+    *(
+        (surface, rule, why)
+        for surface in ("server", "mcp")
+        for rule, why in (
+            ("gateway.cli", "the CLI is above the surfaces"),
+            ("gateway.testing", "fakes are for tests"),
+            ("gateway.service._", "a surface uses the service layer's public face"),
+            ("gateway.policy._", "a surface uses the policy layer's public face"),
+            ("gateway.audit._", "a surface uses the audit trail's public face"),
+        )
+    ),
 )
 
 

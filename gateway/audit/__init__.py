@@ -21,13 +21,14 @@ from gateway.audit._mask import (
     normalize_name,
 )
 from gateway.audit._sinks import AuditSink, AuditWriteError, FsyncPolicy, JsonlFileSink, MemorySink
-from gateway.audit._trail import AuditedTool, AuditingAuthorizer, AuditTrail
+from gateway.audit._trail import AuditedTool, AuditingAuthorizer, AuditScope, AuditTrail
 
 __all__ = [
     "DEFAULT_MASKED_KEYS",
     "DEFAULT_NAME_PATTERNS",
     "DEFAULT_VALUE_PATTERNS",
     "GENESIS",
+    "AuditScope",
     "AuditSink",
     "AuditTrail",
     "AuditWriteError",

@@ -50,22 +50,32 @@ from gateway._guard import Guard
 from gateway._output import ToolOutput
 from gateway.audit._mask import Masker
 from gateway.audit._sinks import AuditSink, AuditWriteError, JsonlFileSink
-from gateway.policy._context import current_caller
+from gateway.policy import current_caller
 
 _MEMO_MAX_BYTES: Final = 4096
 _MEMO_ENTRIES: Final = 4096
 
 
 @dataclasses.dataclass(slots=True)
-class _Slot:
+class AuditScope:
+    """What the audit records of one call share.
+
+    Attributes:
+        call_id: the call's id.
+        request_id: the surface's request id, recorded in the record's ``context``.
+        decision_id: the decision record's id, once written (the outcome links to it).
+        result: the decision record's result (``allow``, ``deny``, ``error``).
+        secrets: the raw masked values of the call, scrubbed from its outcome record too.
+    """
+
     call_id: str | None
+    request_id: str | None = None
     decision_id: str | None = None
     result: str | None = None
-    # The raw masked values of the call, scrubbed from its outcome record too.
     secrets: list[str] = dataclasses.field(default_factory=list)
 
 
-_SLOT: contextvars.ContextVar[_Slot | None] = contextvars.ContextVar(
+_SLOT: contextvars.ContextVar[AuditScope | None] = contextvars.ContextVar(
     "gateway_audit_slot", default=None
 )
 
@@ -138,10 +148,18 @@ class AuditTrail:
             "tool": definition_name,
         }
 
-    def _masked(self, arguments: bytes, found: list[str]) -> tuple[str, Any, Any]:
+    def _context(self, request_id: str | None, found: list[str]) -> Any:
+        # What the policy saw, and the request id beside it (which the policy never sees).
+        context = current_caller().as_dict()
+        if request_id is not None:
+            context["request_id"] = request_id
+        return _recordable(self._masker.mask(context, found))
+
+    def _masked(
+        self, arguments: bytes, found: list[str], request_id: str | None
+    ) -> tuple[str, Any, Any]:
         digest, masked_arguments = self._masked_arguments(arguments, found)
-        context = _recordable(self._masker.mask(current_caller().as_dict(), found))
-        return digest, masked_arguments, context
+        return digest, masked_arguments, self._context(request_id, found)
 
     def _masked_arguments(self, arguments: bytes, found: list[str]) -> tuple[str, Any]:
         # Agents repeat the same small argument documents: their digest, masked form and
@@ -182,10 +200,12 @@ class AuditTrail:
         error: BaseException | None,
         latency: float,
         secrets: list[str] | None = None,
+        request_id: str | None = None,
     ) -> tuple[str, dict[str, Any]]:
         """The decision record for one authorization, and its decision id.
 
-        The raw values that were masked are appended to ``secrets`` when it is given.
+        The raw values that were masked are appended to ``secrets`` when it is given;
+        ``request_id`` is recorded in the record's ``context``.
         """
         # A cached decision is reused by many calls: each authorization gets its own id, and
         # the record names the evaluation it reused.
@@ -194,7 +214,7 @@ class AuditTrail:
             decision.decision_id if decision is not None and not decision.cached else None
         ) or self._new_id()
         found: list[str] = secrets if secrets is not None else []
-        digest, arguments, context = self._masked(authorization.arguments, found)
+        digest, arguments, context = self._masked(authorization.arguments, found, request_id)
         record = self._base("decision", authorization.definition.name, call_id, decision_id)
         if decision is not None:
             result, code = ("allow", None) if decision.allowed is True else ("deny", "denied")
@@ -243,7 +263,9 @@ class AuditTrail:
         )
         return self._masker.scrub(record, secrets)  # type: ignore[no-any-return]
 
-    def refusal(self, call: ToolCall, *, code: str, message: str) -> asyncio.Future[dict[str, Any]]:
+    def refusal(
+        self, call: ToolCall, *, code: str, message: str, request_id: str | None = None
+    ) -> asyncio.Future[dict[str, Any]]:
         """Record a call refused before any tool ran (unknown tool, invalid arguments).
 
         The arguments are not recorded (they may be anything); their digest is.
@@ -259,7 +281,7 @@ class AuditTrail:
             # error citing a value): find the masked values so that they are scrubbed.
             with contextlib.suppress(_json.StrictJSONError):
                 self._masker.mask(_json.parse(raw), found)
-        context = _recordable(self._masker.mask(current_caller().as_dict(), found))
+        context = self._context(request_id, found)
         record = {
             "type": "outcome",
             "time": _utc(self._wall()),
@@ -300,9 +322,15 @@ class AuditingAuthorizer:
         self._inner = inner
         self._trail = trail
 
-    async def authorize(self, authorization: Authorization) -> bool | Decision:
-        """Decide, record, then answer (with the decision id filled in)."""
-        slot = _SLOT.get()
+    async def authorize(
+        self, authorization: Authorization, *, scope: AuditScope | None = None
+    ) -> bool | Decision:
+        """Decide, record, then answer (with the decision id filled in).
+
+        ``scope`` is the call's, when the caller keeps it (the service pipeline); else the
+        one :class:`AuditedTool` set for the call in progress, if any.
+        """
+        slot = scope if scope is not None else _SLOT.get()
         started = self._trail.timer()
         error: Exception | None = None
         decision: Decision | None = None
@@ -323,6 +351,7 @@ class AuditingAuthorizer:
             error=error,
             latency=self._trail.timer() - started,
             secrets=slot.secrets if slot else None,
+            request_id=slot.request_id if slot else None,
         )
         if slot is not None:
             slot.decision_id = decision_id
@@ -366,7 +395,7 @@ class AuditedTool:
 
     async def call(self, invocation: Invocation) -> ToolOutput:
         """Run the inner tool and record what happened, whatever happened."""
-        slot = _Slot(invocation.call_id)
+        slot = AuditScope(invocation.call_id)
         token = _SLOT.set(slot)
         started = self._trail.timer()
         outcome, code, message = "executed", None, None

@@ -8,9 +8,10 @@
 - :class:`McpService` assembles both from a configuration (``gateway mcp --config``).
 """
 
-from gateway.mcp._front import CALLER_SCOPE_KEY, AuthenticatingApp, McpFront, to_call_result
+from gateway.mcp._front import AuthenticatingApp, McpFront, to_call_result
 from gateway.mcp._service import McpService, run_mcp
 from gateway.mcp._upstream import SkippedTool, Upstream, UpstreamError, UpstreamSet, UpstreamTool
+from gateway.service import CALLER_SCOPE_KEY
 
 __all__ = [
     "CALLER_SCOPE_KEY",

@@ -10,11 +10,12 @@ the ``gateway/decision_id``.
 
 Who is calling:
 
-- over streamable HTTP, every request is authenticated by an ASGI layer in front of the SDK
-  with the HTTP service's :class:`~gateway.service.Authenticator` (API keys, JWT); without
-  valid credentials the answer is 401 before the MCP layer sees the request. The caller
-  context is put in the request's ASGI scope, and each tool call reads it from the request
-  the SDK hands to the handler (``ctx.request``), so it is per request, not per session;
+- over streamable HTTP, every request is authenticated in front of the SDK by the service
+  layer's :class:`~gateway.service.AuthenticationMiddleware` (the HTTP API's own: API keys,
+  JWT); without valid credentials the answer is 401 before the MCP layer sees the request.
+  The caller context and the request id are put in the request's ASGI scope, and each tool
+  call reads them from the request the SDK hands to the handler (``ctx.request``), so they
+  are per request, not per session;
 - over stdio, the launcher is local and trusted: every call gets the configured
   ``stdio_context`` (``[mcp] stdio_context``);
 - otherwise (an in-process client, a transport without the authenticating layer) the
@@ -38,7 +39,6 @@ import contextvars
 import dataclasses
 import json
 import logging
-import re
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, Final
@@ -50,9 +50,7 @@ from mcp import MCPError
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.shared.message import SessionMessage
-from starlette.datastructures import Headers
-from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp
 
 from gateway import _json
 from gateway._call import ToolCall
@@ -60,7 +58,7 @@ from gateway._definition import ToolDefinition
 from gateway._output import ToolOutput
 from gateway.audit import AuditTrail
 from gateway.mcp._content import UpstreamOutput, gateway_version, structured, to_blocks
-from gateway.mcp._sessions import PRINCIPAL_SCOPE_KEY, SessionGuard, SessionTable
+from gateway.mcp._sessions import SessionGuard, SessionTable
 from gateway.mcp._stdio import (
     DEFAULT_MAX_LINE_BYTES,
     FdReceiveStream,
@@ -70,12 +68,18 @@ from gateway.mcp._stdio import (
 )
 from gateway.mcp._wire import MESSAGE_SCOPE_KEY, Message
 from gateway.policy import EMPTY_CONTEXT, CallerContext, caller_context
-from gateway.service import Authenticator, AuthFailure, CallResult, Gateway
+from gateway.service import (
+    CALLER_SCOPE_KEY,
+    AuthenticationMiddleware,
+    Authenticator,
+    CallResult,
+    Gateway,
+    request_id_in,
+)
 
 _LOG: Final = logging.getLogger("gateway.mcp")
-#: The ASGI scope key holding the authenticated caller context of an HTTP request.
-CALLER_SCOPE_KEY: Final = "gateway.caller"
-_REQUEST_ID: Final = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+#: The service layer's authentication middleware, under the name this package offered.
+AuthenticatingApp = AuthenticationMiddleware
 _UNSET: Final = object()
 #: The ``tools/list`` members taken from ``listing_extras`` (never the ones a policy sees).
 _LISTING_EXTRAS: Final = frozenset({"execution", "icons", "_meta"})
@@ -253,6 +257,11 @@ class McpFront:
         return self._stdio_context or EMPTY_CONTEXT
 
     @staticmethod
+    def _request_id(ctx: ServerRequestContext[Any, Any]) -> str | None:
+        scope = getattr(ctx.request, "scope", None)
+        return request_id_in(scope) if isinstance(scope, Mapping) else None
+
+    @staticmethod
     def _arguments(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> bytes:
@@ -283,7 +292,7 @@ class McpFront:
         call = ToolCall(f"mcp-{uuid.uuid4().hex}", params.name, arguments)
         gateway = self._gateway
         with caller_context(self._caller(ctx)):
-            result = await gateway.call(call)
+            result = await gateway.call(call, request_id=self._request_id(ctx))
         return to_call_result(result)
 
     async def serve_stdio(self) -> None:
@@ -375,46 +384,4 @@ class McpFront:
             max_body_bytes=max_body_bytes,
             caller_key=CALLER_SCOPE_KEY,
         )
-        return AuthenticatingApp(guarded, self._authenticator)
-
-
-class AuthenticatingApp:
-    """ASGI layer: authenticates every HTTP request (401 otherwise) before the inner app.
-
-    The caller context (with the request id) is put in the scope under
-    :data:`CALLER_SCOPE_KEY` and set as the current caller context around the inner app;
-    the principal (who holds the credential) under ``PRINCIPAL_SCOPE_KEY``.
-    """
-
-    def __init__(self, app: ASGIApp, authenticator: Authenticator) -> None:
-        self._app = app
-        self._auth = authenticator
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self._app(scope, receive, send)
-            return
-        headers = Headers(scope=scope)
-        given = headers.get("x-request-id")
-        request_id = (
-            given if given is not None and _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
-        )
-        try:
-            identity = self._auth.identify(headers)
-        except AuthFailure as failure:
-            _LOG.info("unauthenticated MCP request %s: %s", request_id, failure.detail)
-            response = JSONResponse(
-                {
-                    "code": failure.code,
-                    "message": "authentication required",
-                    "request_id": request_id,
-                },
-                status_code=401,
-                headers={"WWW-Authenticate": 'Bearer realm="gateway"', "X-Request-ID": request_id},
-            )
-            await response(scope, receive, send)
-            return
-        context = self._auth.with_request_id(identity.context, request_id)
-        inner = {**scope, CALLER_SCOPE_KEY: context, PRINCIPAL_SCOPE_KEY: identity.principal}
-        with caller_context(context):
-            await self._app(inner, receive, send)
+        return AuthenticationMiddleware(guarded, self._authenticator)

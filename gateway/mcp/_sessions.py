@@ -36,11 +36,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from gateway.audit import AuditTrail
 from gateway.mcp._wire import MESSAGE_SCOPE_KEY, WireError, read_message
 from gateway.policy import CallerContext
+from gateway.service import PRINCIPAL_SCOPE_KEY, request_id_in
 
 _LOG: Final = logging.getLogger("gateway.mcp")
 
-#: The ASGI scope key holding the principal of an authenticated HTTP request.
-PRINCIPAL_SCOPE_KEY: Final = "gateway.principal"
 #: Default bound on the sessions one principal may hold open at once.
 DEFAULT_MAX_SESSIONS_PER_CALLER: Final = 8
 #: Default idle period after which a session ends (the SDK's default, 30 minutes).
@@ -320,7 +319,7 @@ class SessionGuard:
             await _rpc_error("authentication required", 401)(scope, receive, send)
             return
         subject = context.get("subject")
-        request_id = context.get("request_id")
+        request_id = request_id_in(scope)
         caller = _Caller(
             principal,
             subject if isinstance(subject, str) else None,

@@ -1,15 +1,15 @@
 """The HTTP API (ASGI, Starlette): list tools, call a tool, health, readiness, metrics.
 
-Every ``/v1`` request is authenticated first; an unauthenticated request gets 401 and never
-reaches the policy. Each failure has its own machine-readable ``code`` and status.
+Every ``/v1`` request is authenticated first, by the service layer's
+:class:`~gateway.service.AuthenticationMiddleware` (the one MCP over HTTP uses too); an
+unauthenticated request gets 401 and never reaches the policy. Each failure has its own
+machine-readable ``code`` and status.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import re
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
@@ -21,12 +21,23 @@ from starlette.routing import Route
 from gateway import _json
 from gateway._call import ToolCall
 from gateway._output import MediaContent, TextContent, ToolOutput
-from gateway.policy import caller_context
+from gateway.policy import EMPTY_CONTEXT, CallerContext
 from gateway.server._openapi import openapi_document
-from gateway.service import Authenticator, AuthFailure, CallResult, Gateway, GatewayMetrics
+from gateway.service import (
+    CALLER_SCOPE_KEY,
+    AuthenticationMiddleware,
+    Authenticator,
+    CallResult,
+    Gateway,
+    GatewayMetrics,
+    error_body,
+    request_id_in,
+    request_id_of,
+)
 
 _LOG: Final = logging.getLogger("gateway.server")
-_REQUEST_ID: Final = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+#: The authenticated routes, by path, and their metrics label.
+_ROUTES: Final = {"/v1/tools": "tools", "/v1/calls": "calls"}
 
 Readiness = Callable[[], Awaitable[bool]]
 
@@ -83,7 +94,6 @@ class GatewayApp:
         lifespan: Callable[[Starlette], contextlib.AbstractAsyncContextManager[None]] | None = None,
     ) -> None:
         self._gateway = gateway
-        self._auth = authenticator
         self._ready = ready
         self._metrics = metrics
         self._limit = max_body_bytes
@@ -98,15 +108,25 @@ class GatewayApp:
             ],
             lifespan=lifespan,
         )
+        self._asgi = AuthenticationMiddleware(
+            self.app, authenticator, paths=_ROUTES, on_refusal=self._count_refusal
+        )
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        await self.app(scope, receive, send)
+        await self._asgi(scope, receive, send)
 
-    def _request_id(self, request: Request) -> str:
-        given = request.headers.get("x-request-id")
-        if given is not None and _REQUEST_ID.fullmatch(given):
-            return given
-        return uuid.uuid4().hex
+    def _count_refusal(self, scope: Any) -> None:
+        self._metrics.requests.labels(_ROUTES.get(scope.get("path"), "other"), "401").inc()
+
+    @staticmethod
+    def _request_id(request: Request) -> str:
+        # Set by the middleware for every HTTP request; a fresh one if it was bypassed.
+        return request_id_in(request.scope) or request_id_of({})
+
+    @staticmethod
+    def _caller(request: Request) -> CallerContext:
+        caller = request.scope.get(CALLER_SCOPE_KEY)
+        return caller if isinstance(caller, CallerContext) else EMPTY_CONTEXT
 
     def _respond(
         self, route: str, status: int, body: dict[str, Any], request_id: str
@@ -124,26 +144,12 @@ class GatewayApp:
         request_id: str,
         decision_id: str | None = None,
     ) -> JSONResponse:
-        body = {
-            "code": code,
-            "message": message,
-            "decision_id": decision_id,
-            "request_id": request_id,
-        }
-        response = self._respond(route, status, body, request_id)
-        if status == 401:
-            response.headers["WWW-Authenticate"] = 'Bearer realm="gateway"'
-        return response
+        body = error_body(code, message, request_id, decision_id)
+        return self._respond(route, status, body, request_id)
 
     async def list_tools(self, request: Request) -> Response:
         """``GET /v1/tools``: the served definitions (after authentication)."""
         request_id = self._request_id(request)
-        try:
-            self._auth.authenticate(request.headers)
-        except AuthFailure as failure:
-            return self._error(
-                "tools", 401, failure.code, "authentication required", request_id=request_id
-            )
         tools = [
             {"name": d.name, "description": d.description, "input_schema": d.input_schema}
             for d in self._gateway.definitions()
@@ -153,13 +159,6 @@ class GatewayApp:
     async def call(self, request: Request) -> Response:
         """``POST /v1/calls`` with ``{"id", "name", "arguments"}``."""
         request_id = self._request_id(request)
-        try:
-            context = self._auth.authenticate(request.headers)
-        except AuthFailure as failure:
-            _LOG.info("unauthenticated request %s: %s", request_id, failure.detail)
-            return self._error(
-                "calls", 401, failure.code, "authentication required", request_id=request_id
-            )
         try:
             body = await _read_body(request, self._limit)
         except _BodyTooLargeError:
@@ -173,8 +172,9 @@ class GatewayApp:
         parsed = self._parse_call(body)
         if isinstance(parsed, str):
             return self._error("calls", 400, "malformed_request", parsed, request_id=request_id)
-        with caller_context(self._auth.with_request_id(context, request_id)):
-            result = await self._gateway.call(parsed)
+        result = await self._gateway.call(
+            parsed, caller=self._caller(request), request_id=request_id
+        )
         return self._result(result, parsed, request_id)
 
     @staticmethod

@@ -28,15 +28,30 @@ from gateway.service._config import (
     parse_config,
 )
 from gateway.service._metrics import GatewayMetrics
-from gateway.service._pipeline import BoundTool, CallResult, Gateway, expand
+from gateway.service._middleware import (
+    CALLER_SCOPE_KEY,
+    PRINCIPAL_SCOPE_KEY,
+    REQUEST_ID_SCOPE_KEY,
+    AuthenticationMiddleware,
+    error_body,
+    request_id_in,
+    request_id_of,
+    unauthenticated,
+)
+from gateway.service._pipeline import BoundTool, CallResult, CallScope, Gateway, expand
 
 __all__ = [
+    "CALLER_SCOPE_KEY",
+    "PRINCIPAL_SCOPE_KEY",
+    "REQUEST_ID_SCOPE_KEY",
     "ApiKey",
     "AuthConfig",
     "AuthFailure",
+    "AuthenticationMiddleware",
     "Authenticator",
     "BoundTool",
     "CallResult",
+    "CallScope",
     "Components",
     "ConfigError",
     "Gateway",
@@ -50,9 +65,13 @@ __all__ = [
     "build_components",
     "build_engine",
     "build_path_view",
+    "error_body",
     "expand",
     "import_tools",
     "load_config",
     "load_tools",
     "parse_config",
+    "request_id_in",
+    "request_id_of",
+    "unauthenticated",
 ]

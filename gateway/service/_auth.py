@@ -140,10 +140,6 @@ class Authenticator:
             raise AuthFailure("unauthenticated", "token claims are not a valid context") from None
         return Identity(caller, _fingerprint("jwt", str(claims.get("iss")), context["subject"]))
 
-    def with_request_id(self, context: CallerContext, request_id: str) -> CallerContext:
-        """The context with the request id added (for the audit trail; the policy never sees it)."""
-        return context.with_member("request_id", request_id)
-
 
 def _jwt_keys(config: JwtConfig) -> dict[str | None, Any]:
     if config.secret is not None:

@@ -1,10 +1,19 @@
 """The service pipeline shared by every surface (HTTP, MCP, CLI).
 
-``Gateway.call`` takes an untrusted ToolCall, with the caller context already set by the
-surface, and always returns a :class:`CallResult` with a stable ``code`` and an HTTP-style
-status: unknown tool, invalid arguments, denied, no decision, audit failure, a tool's own
-Failure, a tool error, or the output. It never raises for a bad call; only cancellation
-propagates.
+``Gateway.call`` takes an untrusted ToolCall, the caller (or the caller context already
+set) and the request id, and always returns a :class:`CallResult` with a stable ``code``
+and an HTTP-style status: unknown tool, invalid arguments, denied, no decision, audit
+failure, a tool's own Failure, a tool error, or the output. It never raises for a bad call;
+only cancellation propagates.
+
+One call's steps share one :class:`CallScope`, made and set by the pipeline: the call id,
+the request id, the decision once made, and what its audit records share. Admission
+refuses or prepares; the served tool's Guard asks its authorizer, the pipeline's decision
+step, which asks the policy (through the audit trail: the decision record is durable
+before the tool runs) and keeps the decision in the scope; the tool runs only on an
+explicit allow; the pipeline writes the outcome record from the result, whatever happened.
+The request id lives in the scope, never in the caller context: the policy never sees it
+(nor does the decision cache), and the audit records carry it.
 """
 
 from __future__ import annotations
@@ -28,8 +37,8 @@ from gateway._failure import Failure
 from gateway._guard import Guard
 from gateway._output import ToolOutput
 from gateway._registry import Registry
-from gateway.audit import AuditedTool, AuditingAuthorizer, AuditTrail, AuditWriteError
-from gateway.policy import caller_context, current_caller
+from gateway.audit import AuditingAuthorizer, AuditScope, AuditTrail, AuditWriteError
+from gateway.policy import CallerContext, caller_context
 from gateway.service._metrics import GatewayMetrics
 
 _LOG: Final = logging.getLogger("gateway.server")
@@ -70,47 +79,60 @@ class CallResult:
 
 
 @dataclasses.dataclass(slots=True)
-class _Capture:
+class CallScope:
+    """What the steps of one call share; made and set by the pipeline, one per call.
+
+    Attributes:
+        call_id: the admitted call's id.
+        request_id: the surface's request id (HTTP ``X-Request-ID``), or ``None``. It is
+            for the audit records and the response only; the policy never sees it.
+        decision: the policy's decision, once made (``None``: not asked yet, or no
+            decision could be made).
+        audit: what this call's audit records share (their decision id, the masked values).
+    """
+
+    call_id: str
+    request_id: str | None = None
     decision: Decision | None = None
+    audit: AuditScope = dataclasses.field(default_factory=lambda: AuditScope(None))
+
+    @property
+    def decision_id(self) -> str | None:
+        """The decision's id as the caller is told it (the audit record's, when audited)."""
+        return self.decision.decision_id if self.decision is not None else None
 
 
-_CAPTURE: contextvars.ContextVar[_Capture | None] = contextvars.ContextVar(
-    "gateway_decision_capture", default=None
+# The scope of the call in progress. The Guard hands its authorizer only the Authorization
+# (by design: a policy decides on the call, not on ids), so the decision step finds its
+# call's scope here; the pipeline itself holds the scope and reads it directly.
+_SCOPE: contextvars.ContextVar[CallScope | None] = contextvars.ContextVar(
+    "gateway_call_scope", default=None
 )
 
 
-class _CapturingAuthorizer:
-    # Remembers the decision of the current call so the pipeline can tell a policy denial
-    # from a tool's own rejection, and report the decision id.
-    def __init__(self, inner: Authorizer) -> None:
-        self._inner = inner
+class _DecisionStep:
+    # The authorizer of every served tool's Guard: asks the policy, through the audit trail
+    # when there is one, and keeps a well-formed decision in the call's scope. Outside a
+    # pipeline call (a served binding called directly) it still asks the policy.
+    __slots__ = ("_auditing", "_policy")
 
-    async def authorize(self, authorization: object) -> bool | Decision:
-        result = await self._inner.authorize(authorization)  # type: ignore[arg-type]
-        capture = _CAPTURE.get()
-        if capture is not None:
-            if isinstance(result, Decision):
-                capture.decision = result
-            elif result is True or result is False:
-                capture.decision = Decision(allowed=result)
-        return result
-
-
-class _WithoutRequestId:
-    # Asks the authorizer with the caller context minus ``request_id``. The request id is
-    # unique per HTTP request and never part of a decision; left in the policy input it
-    # would be part of every decision-cache key, so the cache could never hit. The audit
-    # records (written around this authorizer) still carry it.
-    def __init__(self, inner: Authorizer) -> None:
-        self._inner = inner
+    def __init__(self, policy: Authorizer, audit: AuditTrail | None) -> None:
+        self._policy = policy
+        self._auditing = AuditingAuthorizer(policy, audit) if audit is not None else None
 
     async def authorize(self, authorization: Authorization) -> bool | Decision:
-        caller = current_caller()
-        without = caller.without_member("request_id")
-        if without is caller:
-            return await self._inner.authorize(authorization)
-        with caller_context(without):
-            return await self._inner.authorize(authorization)
+        scope = _SCOPE.get()
+        if self._auditing is not None:
+            audit = scope.audit if scope is not None else None
+            answer = await self._auditing.authorize(authorization, scope=audit)
+        else:
+            answer = await self._policy.authorize(authorization)
+        if scope is not None:
+            if answer is True or answer is False:
+                scope.decision = Decision(allowed=answer)
+            elif isinstance(answer, Decision) and answer.well_formed():
+                scope.decision = answer
+        return answer
 
 
 class BoundTool:
@@ -182,14 +204,8 @@ class Gateway:
         self._audit = audit
         self._metrics = metrics
         self._authorizer = authorizer
-        guarded: list[Tool] = []
-        policy: Authorizer = _WithoutRequestId(authorizer)
-        for tool in expand(tools):
-            capturing = _CapturingAuthorizer(
-                AuditingAuthorizer(policy, audit) if audit is not None else policy
-            )
-            guard = Guard(tool=tool, authorizer=capturing)
-            guarded.append(AuditedTool(guard, audit) if audit is not None else guard)
+        step = _DecisionStep(authorizer, audit)
+        guarded = [Guard(tool=tool, authorizer=step) for tool in expand(tools)]
         self._registry = Registry(*guarded, limits=limits)
 
     @property
@@ -206,50 +222,84 @@ class Gateway:
         """The served definitions, in name order."""
         return self._registry.definitions()
 
-    async def call(self, call: ToolCall) -> CallResult:
-        """Admit, authorize and run one call; never raises except on cancellation."""
+    async def call(
+        self,
+        call: ToolCall,
+        *,
+        caller: CallerContext | None = None,
+        request_id: str | None = None,
+    ) -> CallResult:
+        """Admit, authorize and run one call; never raises except on cancellation.
+
+        Args:
+            call: the untrusted call.
+            caller: who is calling (the policy's ``context``); ``None``: the caller
+                context already set (:func:`gateway.policy.caller_context`).
+            request_id: the surface's request id, recorded in the audit trail; the policy
+                never sees it.
+        """
         started = time.perf_counter()
-        result = await self._call(call)
+        if caller is None:
+            result = await self._call(call, request_id)
+        else:
+            with caller_context(caller):
+                result = await self._call(call, request_id)
         if self._metrics is not None:
             self._metrics.observe(result.code, time.perf_counter() - started)
         return result
 
-    async def _refuse(self, call: ToolCall, status: int, code: str, message: str) -> CallResult:
+    async def _refuse(
+        self, call: ToolCall, request_id: str | None, status: int, code: str, message: str
+    ) -> CallResult:
         if self._audit is not None:
             try:
-                await self._audit.refusal(call, code=code, message=message)
+                await self._audit.refusal(call, code=code, message=message, request_id=request_id)
             except Exception:  # noqa: BLE001 - nothing ran; the refusal stands either way
                 _LOG.exception("audit: could not record a refused call")
         return CallResult(status, code, message)
 
-    async def _call(self, call: ToolCall) -> CallResult:  # noqa: PLR0911 - one return per outcome class
+    async def _call(self, call: ToolCall, request_id: str | None) -> CallResult:
         name = call.name if isinstance(call.name, str) else ""
         if name:
             # Before anything is looked up or recorded: ids and names must be text.
             try:
                 call.validate()
             except InvalidInvocationError as exc:
-                return await self._refuse(call, 400, "invalid_arguments", str(exc))
+                return await self._refuse(call, request_id, 400, "invalid_arguments", str(exc))
         binding = self._registry.resolve(name)
         if binding is None:
-            return await self._refuse(call, 404, "unknown_tool", f"unknown tool {name!r}")
+            return await self._refuse(
+                call, request_id, 404, "unknown_tool", f"unknown tool {name!r}"
+            )
         try:
             invocation = binding.prepare(call)
         except InvalidInvocationError as exc:
-            return await self._refuse(call, 400, "invalid_arguments", str(exc))
-        capture = _Capture()
-        token = _CAPTURE.set(capture)
+            return await self._refuse(call, request_id, 400, "invalid_arguments", str(exc))
+        scope = CallScope(invocation.call_id, request_id)
+        scope.audit = AuditScope(invocation.call_id, request_id=request_id)
+        token = _SCOPE.set(scope)
+        started = self._audit.timer() if self._audit is not None else 0.0
+        result: CallResult | None = None
+        try:
+            result = await self._run(binding, invocation, scope)
+        finally:
+            _SCOPE.reset(token)
+            if self._audit is not None:
+                # Submitted, not awaited: a cancelled call (result None) still gets its record.
+                self._record_outcome(binding.definition, scope, result, started)
+        return result
+
+    async def _run(self, binding: Binding, invocation: Invocation, scope: CallScope) -> CallResult:
         try:
             output = await binding.call(invocation)
         except asyncio.CancelledError:
             raise
         except Failure as failure:
-            decision = capture.decision
-            decision_id = decision.decision_id if decision else None
+            decision = scope.decision
             if decision is not None and decision.allowed is not True:
-                return CallResult(403, "denied", failure.output.text(), None, decision_id)
+                return CallResult(403, "denied", failure.output.text(), None, scope.decision_id)
             code = "tool_rejected" if failure.kind == "rejected" else "tool_failed"
-            return CallResult(200, code, failure.output.text(), failure.output, decision_id)
+            return CallResult(200, code, failure.output.text(), failure.output, scope.decision_id)
         except AuthorizationError as exc:
             # Recognised by the cause: the core only adopts the policy layer's codes, so an
             # audit failure would otherwise be reported as a plain "no_decision".
@@ -263,19 +313,45 @@ class Gateway:
             # happened and its type, never its text.
             _LOG.error(
                 "tool %s raised %s (message withheld)\n%s",
-                name,
+                invocation.tool_name,
                 type(exc).__name__,
                 "".join(traceback.format_tb(exc.__traceback__)),
             )
-            decision = capture.decision
-            return CallResult(
-                500,
-                "tool_error",
-                "the tool failed",
-                None,
-                decision.decision_id if decision else None,
-            )
-        finally:
-            _CAPTURE.reset(token)
-        decision = capture.decision
-        return CallResult(200, "ok", None, output, decision.decision_id if decision else None)
+            return CallResult(500, "tool_error", "the tool failed", None, scope.decision_id)
+        return CallResult(200, "ok", None, output, scope.decision_id)
+
+    def _record_outcome(
+        self,
+        definition: ToolDefinition,
+        scope: CallScope,
+        result: CallResult | None,
+        started: float,
+    ) -> None:
+        assert self._audit is not None  # noqa: S101 - only called with a trail
+        outcome, code, message = _outcome(result)
+        record = self._audit.outcome_record(
+            definition,
+            call_id=scope.call_id,
+            decision_id=scope.audit.decision_id,
+            outcome=outcome,
+            code=code,
+            message=message,
+            latency=self._audit.timer() - started,
+            secrets=scope.audit.secrets,
+        )
+        self._audit.sink.submit(record)
+
+
+def _outcome(result: CallResult | None) -> tuple[str, str | None, str | None]:
+    # The outcome record's (outcome, code, message) for a call's result; None: cancelled.
+    if result is None:
+        return "cancelled", "cancelled", None
+    if result.code == "ok":
+        return "executed", None, None
+    if result.code == "tool_failed":
+        return "failed", "tool_failed", result.message
+    if result.code in ("denied", "tool_rejected"):
+        return "rejected", result.code, result.message
+    if result.code == "tool_error":
+        return "failed", "tool_error", None
+    return "rejected", result.code, None

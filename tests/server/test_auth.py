@@ -341,10 +341,3 @@ def test_claims_that_are_no_valid_context_are_refused(hs256: Authenticator) -> N
     failure = refused(hs256, {"authorization": f"Bearer {header}.{body}.{signature}"})
     assert failure.code == "unauthenticated"
 
-
-def test_the_request_id_is_added_for_the_audit_trail(tmp_path: Path) -> None:
-    authenticator = Authenticator(auth_config(tmp_path, api_keys=demo_keys()))
-    context = authenticator.authenticate({"x-api-key": ALICE})
-    with_id = authenticator.with_request_id(context, "req-1")
-    assert with_id.as_dict() == {**API_KEYS[ALICE], "request_id": "req-1"}
-    assert context.get("request_id") is None

@@ -21,15 +21,19 @@ from gateway import (
 )
 from gateway.audit import AuditTrail, MemorySink
 from gateway.policy import (
+    DEFAULT_DECISION_PATH,
     CallerContext,
+    DecisionCache,
     EngineTimeoutError,
     EngineUnavailableError,
     MalformedDecisionError,
+    PolicyAuthorizer,
     UndefinedDecisionError,
     caller_context,
 )
 from gateway.server import BoundTool, CallResult, Gateway, GatewayMetrics, expand, output_json
-from gateway.testing import RecordingAuthorizer, RecordingTool, StaticAuthorizer
+from gateway.service import CallScope, _pipeline
+from gateway.testing import RecordingAuthorizer, RecordingTool, StaticAuthorizer, StaticEngine
 
 NO_DECISION = "no policy decision could be made; the call was not run"
 SCHEMA: dict[str, Any] = {
@@ -204,13 +208,17 @@ async def test_the_audit_trail_records_decisions_outcomes_and_refusals() -> None
         authorizer=StaticAuthorizer(Decision(allowed=True, decision_id="d-1")),
         audit=AuditTrail(sink),
     )
-    with caller_context(subject="alice", request_id="r-1"):
-        assert (await gateway.call(call(call_id="ok"))).code == "ok"
-        assert (await gateway.call(call("{}", name="broken", call_id="crash"))).code == (
-            "tool_error"
-        )
-        assert (await gateway.call(call("[]", call_id="bad"))).code == "invalid_arguments"
-        assert (await gateway.call(call(name="nope", call_id="unknown"))).code == "unknown_tool"
+    with caller_context(subject="alice"):
+        assert (await gateway.call(call(call_id="ok"), request_id="r-1")).code == "ok"
+        assert (
+            await gateway.call(call("{}", name="broken", call_id="crash"), request_id="r-1")
+        ).code == "tool_error"
+        assert (
+            await gateway.call(call("[]", call_id="bad"), request_id="r-1")
+        ).code == "invalid_arguments"
+        assert (
+            await gateway.call(call(name="nope", call_id="unknown"), request_id="r-1")
+        ).code == "unknown_tool"
     shape = [(r["call_id"], r["type"], r.get("result") or r.get("outcome")) for r in sink.records]
     assert shape == [
         ("ok", "decision", "allow"),
@@ -221,6 +229,7 @@ async def test_the_audit_trail_records_decisions_outcomes_and_refusals() -> None
         ("unknown", "outcome", "invalid"),
     ]
     assert sink.records[0]["context"] == {"subject": "alice", "request_id": "r-1"}
+    assert sink.records[4]["context"] == {"subject": "alice", "request_id": "r-1"}
     assert sink.records[4]["code"] == "invalid_arguments"
     assert sink.records[5]["code"] == "unknown_tool"
 
@@ -237,17 +246,43 @@ async def test_the_policy_sees_the_caller_context_without_the_request_id() -> No
     authorizer = RecordingAuthorizer(True)
     sink = MemorySink()
     gateway = Gateway([tool()], authorizer=authorizer, audit=AuditTrail(sink))
-    with caller_context(subject="alice", roles=["reader"], request_id="r-1"):
-        assert (await gateway.call(call())).code == "ok"
+    alice = CallerContext(subject="alice", roles=["reader"])
+    assert (await gateway.call(call(), caller=alice, request_id="r-1")).code == "ok"
     with caller_context(subject="bob"):
-        assert (await gateway.call(call())).code == "ok"
+        assert (await gateway.call(call(), request_id="r-2")).code == "ok"
     contexts = [context for _, context in authorizer.calls]
-    assert contexts == [
-        CallerContext(subject="alice", roles=["reader"]),
-        CallerContext(subject="bob"),
-    ]
+    assert contexts == [alice, CallerContext(subject="bob")]
+    # The very context the caller gave: nothing was added to it and nothing re-encoded.
+    assert contexts[0] is alice
     decisions = [r for r in sink.records if r["type"] == "decision"]
-    assert decisions[0]["context"]["request_id"] == "r-1"
+    assert [d["context"]["request_id"] for d in decisions] == ["r-1", "r-2"]
+
+
+async def test_the_request_id_is_not_part_of_the_decision_cache_key() -> None:
+    engine = StaticEngine({DEFAULT_DECISION_PATH: {"allow": True, "cache": {"ttl_s": 30}}})
+    authorizer = PolicyAuthorizer(engine, cache=DecisionCache())
+    gateway = Gateway([tool()], authorizer=authorizer, audit=AuditTrail(MemorySink()))
+    alice = CallerContext(subject="alice")
+    for request_id in ("r-1", "r-2", "r-3"):
+        assert (await gateway.call(call(), caller=alice, request_id=request_id)).code == "ok"
+    assert [document["context"] for _, document in engine.calls] == [{"subject": "alice"}]
+
+
+async def test_the_call_scope_is_the_pipelines_own_and_gone_after_the_call() -> None:
+    seen: list[object] = []
+
+    class Probe:
+        async def authorize(self, authorization: Authorization) -> Decision:
+            seen.append(_pipeline._SCOPE.get())
+            return Decision(allowed=True, decision_id="d-9")
+
+    gateway = Gateway([tool()], authorizer=Probe())
+    result = await gateway.call(call(call_id="c-1"), request_id="r-1")
+    scope = seen[0]
+    assert isinstance(scope, CallScope)
+    assert (scope.call_id, scope.request_id, scope.decision_id) == ("c-1", "r-1", "d-9")
+    assert result.decision_id == "d-9"
+    assert _pipeline._SCOPE.get() is None
 
 
 async def test_registries_are_served_through_their_own_admission() -> None:
