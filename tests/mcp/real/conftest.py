@@ -196,6 +196,9 @@ def write_gateway_config(
     peers: Peers,
     upstreams: Upstreams,
     names: tuple[str, ...] = ("everything", "fs", "time"),
+    *,
+    recorded: bool = True,
+    audit: tuple[str, ...] = (),
 ) -> Path:
     """A ``gateway mcp`` configuration: test policies, the real servers ``names`` upstream."""
     policies = policies_for(tmp_path / "policies", upstreams.folder)
@@ -207,6 +210,7 @@ def write_gateway_config(
         "[audit]",
         f"path = {_toml(str(tmp_path / 'audit' / 'audit.jsonl'))}",
         f"key_env = {_toml(AUDIT_KEY_ENV)}",
+        *audit,
         "",
         "[server]",
         'host = "127.0.0.1"',
@@ -222,7 +226,11 @@ def write_gateway_config(
         "max_sessions_per_caller = 256",
     ]
     for name in names:
-        command = upstream_command(peers, upstreams, name)
+        command = (
+            upstream_command(peers, upstreams, name)
+            if recorded
+            else direct_command(peers, upstreams, name)
+        )
         lines += [
             "",
             "[[mcp.upstreams]]",

@@ -42,11 +42,14 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def measure(calls: int, warmup: int) -> dict[str, list[float]]:
+async def measure(calls: int, warmup: int, fsync: str) -> dict[str, list[float]]:
     peers = Peers(Path(os.environ.get("MCP_PEERS") or REPO / ".tools" / "mcp"))
     tmp = Path(tempfile.mkdtemp(prefix="mcp-overhead-"))
     upstreams = make_upstreams(tmp)
-    config = write_gateway_config(tmp, peers, upstreams, names=("everything",))
+    # No wire recorder in front of the server: the gateway runs it exactly as the direct side.
+    config = write_gateway_config(
+        tmp, peers, upstreams, ("everything",), recorded=False, audit=(f'fsync = "{fsync}"',)
+    )
     os.environ[AUDIT_KEY_ENV] = AUDIT_KEY
     direct = _params(direct_command(peers, upstreams, "everything"))
     proxied = _params(gateway_stdio(config))
@@ -70,8 +73,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--calls", type=int, default=1000)
     parser.add_argument("--warmup", type=int, default=50)
+    parser.add_argument("--fsync", default="always", help="the audit trail's [audit] fsync")
     args = parser.parse_args()
-    samples = anyio.run(measure, args.calls, args.warmup)
+    samples = anyio.run(measure, args.calls, args.warmup, args.fsync)
     extra = [g - d for g, d in zip(samples["gateway"], samples["direct"], strict=True)]
     for name, values in (*samples.items(), ("gateway - direct (paired)", extra)):
         print(
