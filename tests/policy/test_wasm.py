@@ -271,6 +271,24 @@ def test_a_new_bundle_is_put_in_force(values: Bundle) -> None:
     assert engine.activate(dataclasses.replace(values, revision="r2")) is False
 
 
+def test_the_first_evaluation_of_a_new_bundle_takes_the_instance_made_at_its_load(
+    values: Bundle,
+) -> None:
+    engine = EmbeddedEngine(values)
+    loader = threading.Thread(
+        target=engine.activate, args=(dataclasses.replace(values, revision="r2"),)
+    )
+    loader.start()
+    loader.join()
+    loaded = engine._loaded
+    (spare,) = loaded.spares
+    assert spare.policy is loaded.policy
+    assert engine.evaluate_sync("values/echo", b'{"value": 3}').value == 3
+    # The evaluating thread made none: it took the one made on the loading thread.
+    assert engine._local.instance is spare
+    assert loaded.spares == []
+
+
 def test_a_closed_engine_fails_closed(values: Bundle) -> None:
     engine = EmbeddedEngine(values)
     engine.close()
