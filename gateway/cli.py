@@ -44,6 +44,7 @@ from gateway.server import (
     load_tools,
     server_stack,
 )
+from gateway.service import ResultCode, result_code
 from gateway.service._config import (
     GatewayConfig,
     audit_key_from_env,
@@ -144,9 +145,15 @@ class _UsageError(Exception):
     pass
 
 
-def _refusal(code: str, message: str) -> dict[str, object]:
+def _refusal(code: ResultCode, message: str) -> dict[str, object]:
     # Every answer has the same members, so scripts can read any of them.
-    return {"allow": False, "code": code, "message": message, "reasons": [], "decision_id": None}
+    return {
+        "allow": False,
+        "code": code.value,
+        "message": message,
+        "reasons": [],
+        "decision_id": None,
+    }
 
 
 async def _decide(args: argparse.Namespace) -> tuple[int, dict[str, object]]:
@@ -154,11 +161,13 @@ async def _decide(args: argparse.Namespace) -> tuple[int, dict[str, object]]:
     tools = Registry(*expand(load_tools(config)))
     binding = tools.resolve(args.tool)
     if binding is None:
-        return EXIT_USAGE, _refusal("unknown_tool", f"unknown tool {args.tool!r}")
+        code = ResultCode.UNKNOWN_TOOL
+        return code.exit_status, _refusal(code, f"unknown tool {args.tool!r}")
     try:
         invocation = binding.prepare(ToolCall("check", args.tool, args.arguments))
     except InvalidInvocationError as exc:
-        return EXIT_USAGE, _refusal("invalid_arguments", str(exc))
+        code = ResultCode.INVALID_ARGUMENTS
+        return code.exit_status, _refusal(code, str(exc))
     context = _load_json(args.context, "--context") if args.context else {}
     if not isinstance(context, dict):
         raise _UsageError("--context must be a JSON object")
@@ -172,20 +181,23 @@ async def _decide(args: argparse.Namespace) -> tuple[int, dict[str, object]]:
                 Authorization(binding.definition, invocation.arguments)
             )
     except PolicyError as exc:
-        return EXIT_USAGE, {**_refusal(exc.code, "no policy decision"), "detail": exc.detail}
+        # The engine's own code is reported as it is; the table says how to exit on it.
+        refusal = {**_refusal(result_code(exc.code), "no policy decision"), "code": exc.code}
+        return result_code(exc.code).exit_status, {**refusal, "detail": exc.detail}
     finally:
         if isinstance(engine, OpaRestEngine):
             await engine.close()
+    code = ResultCode.OK if decision.allowed else ResultCode.DENIED
     answer: dict[str, object] = {
         "allow": decision.allowed,
-        "code": "ok" if decision.allowed else "denied",
+        "code": code.value,
         "message": decision.message,
         "reasons": list(decision.reasons),
         "decision_id": decision.decision_id,
         "revision": decision.revision,
         "cache_ttl": decision.cache_ttl,
     }
-    return (EXIT_OK if decision.allowed else EXIT_FAILED), answer
+    return code.exit_status, answer
 
 
 def _check(args: argparse.Namespace) -> int:

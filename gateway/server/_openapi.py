@@ -4,30 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.service import ERRORS, TOOL_RESULTS, ResultCode
+
 _ERROR = {
     "type": "object",
     "required": ["code", "message"],
     "properties": {
-        "code": {
-            "type": "string",
-            "enum": [
-                "unauthenticated",
-                "token_expired",
-                "malformed_request",
-                "body_too_large",
-                "invalid_arguments",
-                "unknown_tool",
-                "denied",
-                "engine_unavailable",
-                "engine_timeout",
-                "undefined_decision",
-                "malformed_decision",
-                "engine_error",
-                "no_decision",
-                "audit_failed",
-                "tool_error",
-            ],
-        },
+        "code": {"type": "string", "enum": [code.value for code in ERRORS]},
         "message": {"type": "string"},
         "decision_id": {"type": ["string", "null"]},
         "request_id": {"type": "string"},
@@ -80,7 +63,7 @@ def openapi_document() -> dict[str, Any]:
                         "id": {"type": "string"},
                         "status": {
                             "type": "string",
-                            "enum": ["ok", "tool_failed", "tool_rejected"],
+                            "enum": [code.value for code in ResultCode if code in TOOL_RESULTS],
                         },
                         "is_error": {"type": "boolean"},
                         "output": {"$ref": "#/components/schemas/Output"},

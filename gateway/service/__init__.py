@@ -14,6 +14,7 @@ from gateway.service._builder import (
     build_path_view,
     load_tools,
 )
+from gateway.service._codes import ERRORS, TOOL_RESULTS, ResultCode, result_code
 from gateway.service._config import (
     ApiKey,
     AuthConfig,
@@ -42,8 +43,10 @@ from gateway.service._pipeline import BoundTool, CallResult, CallScope, Gateway,
 
 __all__ = [
     "CALLER_SCOPE_KEY",
+    "ERRORS",
     "PRINCIPAL_SCOPE_KEY",
     "REQUEST_ID_SCOPE_KEY",
+    "TOOL_RESULTS",
     "ApiKey",
     "AuthConfig",
     "AuthFailure",
@@ -61,6 +64,7 @@ __all__ = [
     "JwtConfig",
     "McpConfig",
     "McpUpstreamConfig",
+    "ResultCode",
     "api_key_digest",
     "build_components",
     "build_engine",
@@ -73,5 +77,6 @@ __all__ = [
     "parse_config",
     "request_id_in",
     "request_id_of",
+    "result_code",
     "unauthenticated",
 ]

@@ -39,6 +39,7 @@ from gateway._output import ToolOutput
 from gateway._registry import Registry
 from gateway.audit import AuditingAuthorizer, AuditScope, AuditTrail, AuditWriteError
 from gateway.policy import CallerContext, caller_context
+from gateway.service._codes import ResultCode, result_code
 from gateway.service._metrics import GatewayMetrics
 
 _LOG: Final = logging.getLogger("gateway.server")
@@ -66,6 +67,17 @@ class CallResult:
     message: str | None = None
     output: ToolOutput | None = None
     decision_id: str | None = None
+
+    @classmethod
+    def of(
+        cls,
+        code: ResultCode,
+        message: str | None = None,
+        output: ToolOutput | None = None,
+        decision_id: str | None = None,
+    ) -> CallResult:
+        """The result for ``code``, with the table's HTTP status."""
+        return cls(code.status, code.value, message, output, decision_id)
 
     @property
     def ok(self) -> bool:
@@ -249,14 +261,14 @@ class Gateway:
         return result
 
     async def _refuse(
-        self, call: ToolCall, request_id: str | None, status: int, code: str, message: str
+        self, call: ToolCall, request_id: str | None, code: ResultCode, message: str
     ) -> CallResult:
         if self._audit is not None:
             try:
                 await self._audit.refusal(call, code=code, message=message, request_id=request_id)
             except Exception:  # noqa: BLE001 - nothing ran; the refusal stands either way
                 _LOG.exception("audit: could not record a refused call")
-        return CallResult(status, code, message)
+        return CallResult.of(code, message)
 
     async def _call(self, call: ToolCall, request_id: str | None) -> CallResult:
         name = call.name if isinstance(call.name, str) else ""
@@ -265,16 +277,16 @@ class Gateway:
             try:
                 call.validate()
             except InvalidInvocationError as exc:
-                return await self._refuse(call, request_id, 400, "invalid_arguments", str(exc))
+                return await self._refuse(call, request_id, ResultCode.INVALID_ARGUMENTS, str(exc))
         binding = self._registry.resolve(name)
         if binding is None:
             return await self._refuse(
-                call, request_id, 404, "unknown_tool", f"unknown tool {name!r}"
+                call, request_id, ResultCode.UNKNOWN_TOOL, f"unknown tool {name!r}"
             )
         try:
             invocation = binding.prepare(call)
         except InvalidInvocationError as exc:
-            return await self._refuse(call, request_id, 400, "invalid_arguments", str(exc))
+            return await self._refuse(call, request_id, ResultCode.INVALID_ARGUMENTS, str(exc))
         scope = CallScope(invocation.call_id, request_id)
         scope.audit = AuditScope(invocation.call_id, request_id=request_id)
         token = _SCOPE.set(scope)
@@ -297,17 +309,21 @@ class Gateway:
         except Failure as failure:
             decision = scope.decision
             if decision is not None and decision.allowed is not True:
-                return CallResult(403, "denied", failure.output.text(), None, scope.decision_id)
-            code = "tool_rejected" if failure.kind == "rejected" else "tool_failed"
-            return CallResult(200, code, failure.output.text(), failure.output, scope.decision_id)
+                return CallResult.of(
+                    ResultCode.DENIED, failure.output.text(), None, scope.decision_id
+                )
+            code = (
+                ResultCode.TOOL_REJECTED if failure.kind == "rejected" else ResultCode.TOOL_FAILED
+            )
+            return CallResult.of(code, failure.output.text(), failure.output, scope.decision_id)
         except AuthorizationError as exc:
             # Recognised by the cause: the core only adopts the policy layer's codes, so an
             # audit failure would otherwise be reported as a plain "no_decision".
             if isinstance(exc.cause, AuditWriteError) or exc.code == "audit_failed":
-                return CallResult(
-                    503, "audit_failed", "the call could not be audited; it was not run"
+                return CallResult.of(
+                    ResultCode.AUDIT_FAILED, "the call could not be audited; it was not run"
                 )
-            return CallResult(503, exc.code, _NO_DECISION)
+            return CallResult.of(result_code(exc.code), _NO_DECISION)
         except Exception as exc:  # noqa: BLE001 - a tool's unexpected error is reported, not leaked
             # The message may repeat argument values (a password, a token): log where it
             # happened and its type, never its text.
@@ -317,8 +333,8 @@ class Gateway:
                 type(exc).__name__,
                 "".join(traceback.format_tb(exc.__traceback__)),
             )
-            return CallResult(500, "tool_error", "the tool failed", None, scope.decision_id)
-        return CallResult(200, "ok", None, output, scope.decision_id)
+            return CallResult.of(ResultCode.TOOL_ERROR, "the tool failed", None, scope.decision_id)
+        return CallResult.of(ResultCode.OK, None, output, scope.decision_id)
 
     def _record_outcome(
         self,
@@ -346,12 +362,10 @@ def _outcome(result: CallResult | None) -> tuple[str, str | None, str | None]:
     # The outcome record's (outcome, code, message) for a call's result; None: cancelled.
     if result is None:
         return "cancelled", "cancelled", None
-    if result.code == "ok":
-        return "executed", None, None
-    if result.code == "tool_failed":
-        return "failed", "tool_failed", result.message
-    if result.code in ("denied", "tool_rejected"):
-        return "rejected", result.code, result.message
-    if result.code == "tool_error":
-        return "failed", "tool_error", None
-    return "rejected", result.code, None
+    code = result_code(result.code)
+    if code is ResultCode.OK:
+        return code.outcome, None, None
+    # Only a Failure's public output is a message worth recording (the policy's refusal
+    # text included); the others are the pipeline's own fixed texts.
+    shown = code in (ResultCode.TOOL_FAILED, ResultCode.TOOL_REJECTED, ResultCode.DENIED)
+    return code.outcome, code.value, result.message if shown else None
