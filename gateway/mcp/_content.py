@@ -70,6 +70,19 @@ class UpstreamOutput(ToolOutput):
         return value
 
 
+@dataclass(frozen=True, slots=True)
+class ActionOutput(ToolOutput):
+    """The outcome of a forwarded resource or prompt request (see ``gateway.mcp._catalog``).
+
+    ``result`` is the upstream's result as JSON (answered to the client as it came);
+    ``rpc_code`` is the JSON-RPC error code of an upstream's error answer, whose public
+    text is the output's text.
+    """
+
+    result: bytes | None = None
+    rpc_code: int | None = None
+
+
 def _encoded(value: Any) -> bytes:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode(
         "utf-8"

@@ -57,6 +57,7 @@ from gateway._call import ToolCall
 from gateway._definition import ToolDefinition
 from gateway._output import ToolOutput
 from gateway.audit import AuditTrail
+from gateway.mcp._bridge import Bridge, GatewayServer
 from gateway.mcp._content import UpstreamOutput, gateway_version, structured, to_blocks
 from gateway.mcp._sessions import SessionGuard, SessionTable
 from gateway.mcp._stdio import (
@@ -66,6 +67,7 @@ from gateway.mcp._stdio import (
     nonblocking,
     pump,
 )
+from gateway.mcp._upstream import UpstreamSet
 from gateway.mcp._wire import MESSAGE_SCOPE_KEY, Message
 from gateway.policy import EMPTY_CONTEXT, CallerContext, caller_context
 from gateway.service import (
@@ -180,6 +182,8 @@ class McpFront:
         audit: the trail HTTP session records go to (the gateway's own trail).
         listing_extras: for a tool name, further ``tools/list`` members to answer as they
             are (an upstream tool's ``execution``, ``icons``, ``_meta``), or ``None``.
+        upstreams: the upstream servers whose resources, prompts and logging are offered
+            (see :mod:`gateway.mcp._bridge`).
     """
 
     def __init__(
@@ -191,13 +195,14 @@ class McpFront:
         name: str = "gateway",
         audit: AuditTrail | None = None,
         listing_extras: Callable[[str], Mapping[str, Any] | None] | None = None,
+        upstreams: UpstreamSet | None = None,
     ) -> None:
         self._gateway = gateway
         self._listing_extras = listing_extras
         self._authenticator = authenticator
         self._stdio_context = stdio_context
         self._audit = audit
-        self.server: Server[Any] = Server(
+        self.server: Server[Any] = GatewayServer(
             name,
             version=gateway_version(),
             on_list_tools=self._list_tools,
@@ -205,6 +210,8 @@ class McpFront:
             get_tool_input_schema=self._input_schema,
         )
         self.server.middleware.append(_NonObjectArguments())
+        self._bridge = Bridge(lambda: self._gateway, self._caller, audit=audit, upstreams=upstreams)
+        self._bridge.install(self.server)
 
     @property
     def gateway(self) -> Gateway:
@@ -213,7 +220,11 @@ class McpFront:
 
     @gateway.setter
     def gateway(self, gateway: Gateway) -> None:
+        before = self._gateway.definitions()
         self._gateway = gateway
+        if gateway.definitions() != before:
+            # Connected clients are told (notifications/tools/list_changed).
+            self._bridge.tools_changed()
 
     async def _list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
@@ -291,7 +302,7 @@ class McpFront:
         arguments = self._arguments(ctx, params)
         call = ToolCall(f"mcp-{uuid.uuid4().hex}", params.name, arguments)
         gateway = self._gateway
-        with caller_context(self._caller(ctx)):
+        with caller_context(self._caller(ctx)), self._bridge.relay(ctx):
             result = await gateway.call(call, request_id=self._request_id(ctx))
         return to_call_result(result)
 

@@ -70,6 +70,7 @@ class McpService:
             stdio_context=CallerContext(dict(stdio)) if stdio is not None else None,
             audit=self.trail,
             listing_extras=self._listing_extras,
+            upstreams=self.upstreams,
         )
 
     @property

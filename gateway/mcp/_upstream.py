@@ -23,24 +23,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import dataclasses
 import json
 import logging
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from types import TracebackType
-from typing import Any, Final, Self, TextIO
+from typing import Any, Final, Self, TextIO, TypeVar, cast
 
 import anyio
 import httpx2
 import mcp_types as types
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client._transport import Transport, TransportStreams
+from mcp.client.session import ClientRequestContext
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._stream_protocols import ReadStream
+from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.message import SessionMessage
+from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
 from mcp_types import CONNECTION_CLOSED, INTERNAL_ERROR, INVALID_REQUEST, REQUEST_TIMEOUT
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from gateway._contract import Invocation, bind
 from gateway._definition import ToolDefinition
@@ -53,6 +58,7 @@ from gateway._errors import (
 from gateway._failure import Failure, FailureKind
 from gateway._output import ToolOutput
 from gateway.mcp._content import from_result, gateway_version, public_text
+from gateway.mcp._relay import DOWNSTREAM, Downstream, InputRequest, at_least
 from gateway.service import McpUpstreamConfig
 
 _LOG: Final = logging.getLogger("gateway.mcp")
@@ -64,6 +70,30 @@ _INVALID_RESULT: Final = "the upstream MCP server returned an invalid result"
 _GONE: Final = "this tool is no longer available from its upstream MCP server; list the tools again"
 _TOOL_FAILED: Final = "the upstream tool failed"
 _HTTP_SESSION_ERRORS: Final = frozenset({REQUEST_TIMEOUT, INTERNAL_ERROR, INVALID_REQUEST})
+#: Reserved for the gateway's resource and prompt actions (see gateway.mcp._catalog).
+ACTION_TOOL_NAMES: Final = frozenset(
+    {"mcp.resources.read", "mcp.resources.subscribe", "mcp.prompts.get"}
+)
+_NO_REQUEST: Final = "no client request of this upstream is in flight to answer this"
+_LOG_LEVEL_META: Final = "io.modelcontextprotocol/logLevel"
+_T = TypeVar("_T")
+#: Upstream notifications passed on to the front (the tool list is handled here).
+Notice = (
+    types.ResourceListChangedNotification
+    | types.PromptListChangedNotification
+    | types.ResourceUpdatedNotification
+)
+
+
+class UpstreamRequestError(GatewayError):
+    """A forwarded request failed: the JSON-RPC ``code`` and public ``message`` to answer."""
+
+    code = "upstream_request_failed"
+
+    def __init__(self, rpc_code: int, message: str) -> None:
+        super().__init__(message)
+        self.rpc_code = rpc_code
+        self.message = message
 
 
 class UpstreamError(GatewayError):
@@ -243,6 +273,14 @@ class Upstream:
         self._tools: dict[str, UpstreamTool] = {}
         self._skipped: tuple[SkippedTool, ...] = ()
         self._last_listing_changed = False
+        # The client requests being served through this upstream now (see gateway.mcp._relay).
+        self._in_flight: dict[object, Downstream] = {}
+        self._background: set[asyncio.Task[None]] = set()
+        #: Called with the upstream's resource and prompt notifications.
+        self.on_notice: Callable[[Upstream, Notice], None] | None = None
+        self.resource_uris: frozenset[str] = frozenset()
+        self.resource_templates: tuple[UriTemplate, ...] = ()
+        self.prompt_names: frozenset[str] | None = None
 
     @property
     def name(self) -> str:
@@ -312,10 +350,16 @@ class Upstream:
                     f"{tool.definition().name!r} was imported"
                 ),
             )
+        downstream = DOWNSTREAM.get()
         try:
-            result = await client.call_tool(
-                tool.remote_name, arguments, read_timeout_seconds=self._config.timeout_s
-            )
+            with self._serving(downstream):
+                result = await client.call_tool(
+                    tool.remote_name,
+                    arguments,
+                    read_timeout_seconds=self._config.timeout_s,
+                    progress_callback=_progress_callback(downstream),
+                    meta=cast(Any, _request_meta(client, downstream)),
+                )
         except asyncio.CancelledError:
             raise
         except MCPError as exc:
@@ -364,8 +408,281 @@ class Upstream:
         if connection is not None:
             connection.lost.set()
 
+    # -- what the upstream sends about the client requests it serves -----------------------
+
+    @contextlib.contextmanager
+    def _serving(self, downstream: Downstream | None) -> Iterator[None]:
+        if downstream is None:
+            yield
+            return
+        key = object()
+        self._in_flight[key] = downstream
+        try:
+            yield
+        finally:
+            del self._in_flight[key]
+
+    def _target(self) -> Downstream | None:
+        # The client request a message of this upstream belongs to, or None (see _relay).
+        current = DOWNSTREAM.get()
+        if current is not None:
+            # In the request's own task (a multi round-trip request of 2026-07-28).
+            return current if any(item is current for item in self._in_flight.values()) else None
+        if len(self._in_flight) == 1:
+            return next(iter(self._in_flight.values()))
+        return None
+
+    async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
+        target = self._target()
+        if target is None or not at_least(params.level, target.log_level):
+            _LOG.debug("upstream %s: a log message was not relayed to any client", self.name)
+            return
+        await target.log(params)
+
+    async def _on_input(self, request: InputRequest) -> Any:
+        target = self._target()
+        if target is None:
+            _LOG.info("upstream %s: refused a %s with no client to ask", self.name, request.method)
+            return types.ErrorData(code=INVALID_REQUEST, message=_NO_REQUEST)
+        return await target.ask(request)
+
+    async def _on_sampling(
+        self, context: ClientRequestContext, params: types.CreateMessageRequestParams
+    ) -> types.CreateMessageResult | types.CreateMessageResultWithTools | types.ErrorData:
+        answer = await self._on_input(types.CreateMessageRequest(params=params))
+        if isinstance(
+            answer, types.CreateMessageResult | types.CreateMessageResultWithTools | types.ErrorData
+        ):
+            return answer
+        return types.ErrorData(code=INTERNAL_ERROR, message="the client's answer was not usable")
+
+    async def _on_elicitation(
+        self, context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult | types.ErrorData:
+        answer = await self._on_input(types.ElicitRequest(params=params))
+        if isinstance(answer, types.ElicitResult | types.ErrorData):
+            return answer
+        return types.ErrorData(code=INTERNAL_ERROR, message="the client's answer was not usable")
+
+    async def _on_roots(
+        self, context: ClientRequestContext
+    ) -> types.ListRootsResult | types.ErrorData:
+        answer = await self._on_input(types.ListRootsRequest())
+        if isinstance(answer, types.ListRootsResult | types.ErrorData):
+            return answer
+        return types.ErrorData(code=INTERNAL_ERROR, message="the client's answer was not usable")
+
+    async def _on_message(self, message: types.ServerNotification | Exception) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            # Not here: this runs on the session's receive path, which the listing needs.
+            self._spawn(self._relist())
+        elif isinstance(
+            message,
+            types.ResourceListChangedNotification
+            | types.PromptListChangedNotification
+            | types.ResourceUpdatedNotification,
+        ):
+            if isinstance(message, types.PromptListChangedNotification):
+                self.prompt_names = None
+            if self.on_notice is not None:
+                self.on_notice(self, message)
+
+    def _spawn(self, work: Awaitable[None]) -> None:
+        async def run() -> None:
+            await work
+
+        task = asyncio.get_running_loop().create_task(run(), context=contextvars.Context())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _relist(self) -> None:
+        try:
+            await self.refresh()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the next call or refresh lists again
+            _LOG.warning(
+                "upstream %s: cannot list its tools after it announced a change: %s",
+                self.name,
+                _describe(exc),
+            )
+
+    # -- requests other than tool calls ---------------------------------------------------
+
+    def offers(self, capability: str) -> bool:
+        """Whether the live session's server declared ``capability`` (``resources``, ...)."""
+        connection = self._connection
+        client = connection.client if connection is not None else None
+        if client is None:
+            return False
+        return getattr(client.server_capabilities, capability, None) is not None
+
+    @property
+    def legacy(self) -> bool:
+        """Whether the live session speaks a protocol revision with the initialize handshake."""
+        connection = self._connection
+        client = connection.client if connection is not None else None
+        return client is not None and client.protocol_version not in MODERN_PROTOCOL_VERSIONS
+
+    async def request(self, send: Callable[[Client], Awaitable[_T]]) -> _T:
+        """Run ``send`` on the session (connecting if needed) for the current client request.
+
+        Raises:
+            UpstreamRequestError: the upstream answered an error, or could not be reached.
+        """
+        connection: _Connection | None = None
+        failure: UpstreamRequestError | None = None
+        try:
+            async with self._lock:
+                client, _ = await self._connect_locked()
+                connection = self._connection
+        except UpstreamError:
+            failure = UpstreamRequestError(INTERNAL_ERROR, _UNAVAILABLE)
+        if failure is not None:
+            raise failure
+        try:
+            with self._serving(DOWNSTREAM.get()):
+                return await send(client)
+        except asyncio.CancelledError:
+            raise
+        except MCPError as exc:
+            if exc.code == CONNECTION_CLOSED or (
+                self._config.url is not None and exc.code in _HTTP_SESSION_ERRORS
+            ):
+                self._mark_lost(connection)
+            if exc.code == CONNECTION_CLOSED:
+                failure = UpstreamRequestError(INTERNAL_ERROR, _UNAVAILABLE)
+            elif exc.code == REQUEST_TIMEOUT:
+                failure = UpstreamRequestError(INTERNAL_ERROR, _TIMED_OUT)
+            else:
+                failure = UpstreamRequestError(
+                    exc.code, public_text(exc.message) if exc.message else _TOOL_FAILED
+                )
+        except (RuntimeError, ValueError):
+            failure = UpstreamRequestError(INTERNAL_ERROR, _INVALID_RESULT)
+        except Exception:  # noqa: BLE001 - any transport failure ends the session
+            self._mark_lost(connection)
+            failure = UpstreamRequestError(INTERNAL_ERROR, _UNAVAILABLE)
+        raise failure
+
+    async def _pages(
+        self, capability: str, fetch: Callable[[Client, str | None], Awaitable[Any]], member: str
+    ) -> list[Any]:
+        async def walk(client: Client) -> list[Any]:
+            if getattr(client.server_capabilities, capability, None) is None:
+                return []
+            items: list[Any] = []
+            cursor: str | None = None
+            for _ in range(_MAX_PAGES):
+                page = await fetch(client, cursor)
+                items.extend(getattr(page, member))
+                cursor = page.next_cursor
+                if cursor is None:
+                    break
+            return items
+
+        return await self.request(walk)
+
+    async def list_resources(self) -> list[types.Resource]:
+        """Every resource the upstream lists (all pages); remembered for routing reads."""
+        resources: list[types.Resource] = await self._pages(
+            "resources",
+            lambda client, cursor: client.list_resources(cursor=cursor, cache_mode="bypass"),
+            "resources",
+        )
+        self.resource_uris = frozenset(resource.uri for resource in resources)
+        return resources
+
+    async def list_resource_templates(self) -> list[types.ResourceTemplate]:
+        """Every resource template the upstream lists; remembered for routing reads."""
+        templates: list[types.ResourceTemplate] = await self._pages(
+            "resources",
+            lambda client, cursor: client.list_resource_templates(
+                cursor=cursor, cache_mode="bypass"
+            ),
+            "resource_templates",
+        )
+        parsed: list[UriTemplate] = []
+        for template in templates:
+            try:
+                parsed.append(UriTemplate.parse(template.uri_template))
+            except (InvalidUriTemplate, ValueError):
+                continue
+        self.resource_templates = tuple(parsed)
+        return templates
+
+    async def list_prompts(self) -> list[types.Prompt]:
+        """Every prompt the upstream lists (names as the upstream has them)."""
+        prompts: list[types.Prompt] = await self._pages(
+            "prompts",
+            lambda client, cursor: client.list_prompts(cursor=cursor, cache_mode="bypass"),
+            "prompts",
+        )
+        self.prompt_names = frozenset(prompt.name for prompt in prompts)
+        return prompts
+
+    def matches(self, uri: str) -> bool:
+        """Whether the upstream's last listings name ``uri`` or a template of it."""
+        if uri in self.resource_uris:
+            return True
+        for template in self.resource_templates:
+            try:
+                if template.match(uri) is not None:
+                    return True
+            except ValueError:
+                continue
+        return False
+
+    async def read_resource(self, uri: str) -> types.ReadResourceResult:
+        """``resources/read`` upstream (see :meth:`request`)."""
+        return await self.request(lambda client: client.read_resource(uri, cache_mode="bypass"))
+
+    async def get_prompt(
+        self, remote_name: str, arguments: dict[str, str] | None
+    ) -> types.GetPromptResult:
+        """``prompts/get`` upstream (see :meth:`request`)."""
+        return await self.request(lambda client: client.get_prompt(remote_name, arguments))
+
+    async def subscribe(self, uri: str, *, on: bool) -> None:
+        """``resources/subscribe`` (``on``) or ``resources/unsubscribe`` upstream."""
+        request: types.SubscribeRequest | types.UnsubscribeRequest = (
+            types.SubscribeRequest(params=types.SubscribeRequestParams(uri=uri))
+            if on
+            else types.UnsubscribeRequest(params=types.UnsubscribeRequestParams(uri=uri))
+        )
+
+        async def send(client: Client) -> None:
+            resources = client.server_capabilities.resources
+            if resources is None or not resources.subscribe:
+                raise MCPError(code=types.METHOD_NOT_FOUND, message="Method not found")
+            await client.session.send_request(request, types.EmptyResult)
+
+        await self.request(send)
+
+    async def set_log_level(self, level: types.LoggingLevel) -> None:
+        """``logging/setLevel`` upstream, when it speaks a handshake revision and logs."""
+        if not self.legacy or not self.offers("logging"):
+            return
+        await self.request(
+            lambda client: client.session.send_request(
+                types.SetLevelRequest(params=types.SetLevelRequestParams(level=level)),
+                types.EmptyResult,
+            )
+        )
+
+    async def roots_changed(self) -> None:
+        """Tell a handshake-revision upstream that a client's roots changed."""
+        connection = self._connection
+        client = connection.client if connection is not None else None
+        if client is not None and self.legacy:
+            await client.session.send_notification(types.RootsListChangedNotification())
+
     async def aclose(self) -> None:
         """Close the session (stopping a stdio server); the upstream can be used again."""
+        background = list(self._background)
+        for task in background:
+            task.cancel()
+        await asyncio.gather(*background, return_exceptions=True)
         async with self._lock:
             connection, self._connection = self._connection, None
             if connection is not None:
@@ -405,8 +722,11 @@ class Upstream:
     async def _open(self) -> _Connection:
         loop = asyncio.get_running_loop()
         connection = _Connection(ready=loop.create_future())
+        # A fresh context: the session's callbacks must never see the caller's client request.
         connection.task = loop.create_task(
-            self._own(connection), name=f"gateway-mcp-upstream-{self.name}"
+            self._own(connection),
+            name=f"gateway-mcp-upstream-{self.name}",
+            context=contextvars.Context(),
         )
         try:
             async with asyncio.timeout(self._config.timeout_s):
@@ -428,6 +748,11 @@ class Upstream:
                 cache=None,
                 read_timeout_seconds=self._config.timeout_s,
                 client_info=types.Implementation(name="gateway", version=gateway_version()),
+                message_handler=self._on_message,
+                logging_callback=self._on_log,
+                sampling_callback=self._on_sampling,
+                elicitation_callback=self._on_elicitation,
+                list_roots_callback=self._on_roots,
             )
             async with client:
                 connection.ready.set_result(client)
@@ -546,6 +871,21 @@ def _imported(name: str, remote: types.Tool) -> tuple[ToolDefinition, bytes]:
     return definition, listing
 
 
+def _progress_callback(downstream: Downstream | None) -> ProgressFnT | None:
+    if downstream is None or not downstream.wants_progress:
+        return None
+    return downstream.progress
+
+
+def _request_meta(client: Client, downstream: Downstream | None) -> dict[str, Any] | None:
+    # Since 2026-07-28 a request asks for log messages in its own _meta.
+    if downstream is None or downstream.log_level is None:
+        return None
+    if client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+        return None
+    return {_LOG_LEVEL_META: downstream.log_level}
+
+
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         return _describe(exc.exceptions[0])
@@ -629,7 +969,15 @@ class UpstreamSet:
             for tool in upstream.tools:
                 name = tool.definition().name
                 this = f"upstream {upstream.name!r} tool {tool.remote_name!r}"
-                if name in self._reserved:
+                if name in ACTION_TOOL_NAMES:
+                    skipped.append(
+                        SkippedTool(
+                            upstream.name,
+                            name,
+                            "the name is reserved for the gateway's resource and prompt actions",
+                        )
+                    )
+                elif name in self._reserved:
                     skipped.append(
                         SkippedTool(
                             upstream.name, name, "the gateway already serves a tool of that name"
@@ -671,6 +1019,96 @@ class UpstreamSet:
     def collisions(self) -> list[str]:
         """Each tool name served twice, naming both owners (the first one keeps it)."""
         return self._collect()[2]
+
+    # -- resources and prompts -------------------------------------------------------------
+
+    def _offering(self, capability: str) -> list[Upstream]:
+        return [upstream for upstream in self._upstreams if upstream.offers(capability)]
+
+    async def _gather(self, fetch: Callable[[Upstream], Awaitable[list[_T]]]) -> list[_T]:
+        # Every upstream's items, in configuration order; one that fails is left out.
+        results = await asyncio.gather(
+            *(fetch(upstream) for upstream in self._upstreams), return_exceptions=True
+        )
+        items: list[_T] = []
+        for upstream, result in zip(self._upstreams, results, strict=True):
+            if isinstance(result, BaseException):
+                if not isinstance(result, Exception):
+                    raise result
+                _LOG.warning("upstream %s: listing failed: %s", upstream.name, _describe(result))
+                continue
+            items.extend(result)
+        return items
+
+    async def list_resources(self) -> list[types.Resource]:
+        """Every upstream's resources (URIs are the upstreams' own)."""
+        return await self._gather(lambda upstream: upstream.list_resources())
+
+    async def list_resource_templates(self) -> list[types.ResourceTemplate]:
+        """Every upstream's resource templates."""
+        return await self._gather(lambda upstream: upstream.list_resource_templates())
+
+    async def list_prompts(self) -> list[types.Prompt]:
+        """Every upstream's prompts, named with the upstream's prefix; the first name wins."""
+
+        async def prefixed(upstream: Upstream) -> list[tuple[Upstream, types.Prompt]]:
+            return [(upstream, prompt) for prompt in await upstream.list_prompts()]
+
+        served: dict[str, types.Prompt] = {}
+        for upstream, prompt in await self._gather(prefixed):
+            name = upstream.config.prefix + prompt.name
+            if name in served:
+                _LOG.warning("prompt name %r is served twice; the later one is not", name)
+                continue
+            served[name] = prompt.model_copy(update={"name": name})
+        return list(served.values())
+
+    def resource_owner(self, uri: str) -> Upstream | None:
+        """The upstream a URI is read from.
+
+        The first whose listings name it (or a template of it), else the only upstream
+        offering resources; ``None`` when there is no such one.
+        """
+        for upstream in self._upstreams:
+            if upstream.matches(uri):
+                return upstream
+        offering = self._offering("resources")
+        return offering[0] if len(offering) == 1 else None
+
+    async def prompt_owner(self, name: str) -> tuple[Upstream, str] | None:
+        """The upstream serving a prompt name, and the prompt's name there."""
+        for upstream in self._upstreams:
+            prefix = upstream.config.prefix
+            if not name.startswith(prefix):
+                continue
+            if upstream.prompt_names is None:
+                with contextlib.suppress(UpstreamRequestError):
+                    await upstream.list_prompts()
+            names = upstream.prompt_names or frozenset()
+            if name[len(prefix) :] in names:
+                return upstream, name[len(prefix) :]
+        return None
+
+    async def set_log_level(self, level: types.LoggingLevel) -> None:
+        """Ask every upstream that logs (before 2026-07-28) for messages at ``level``."""
+        results = await asyncio.gather(
+            *(upstream.set_log_level(level) for upstream in self._upstreams),
+            return_exceptions=True,
+        )
+        for upstream, result in zip(self._upstreams, results, strict=True):
+            if isinstance(result, Exception):
+                _LOG.info("upstream %s: logging/setLevel failed: %s", upstream.name, result)
+
+    async def roots_changed(self) -> None:
+        """Tell every upstream that a client's roots changed."""
+        await asyncio.gather(
+            *(upstream.roots_changed() for upstream in self._upstreams), return_exceptions=True
+        )
+
+    def on_notice(self, handler: Callable[[Upstream, Notice], None] | None) -> None:
+        """Call ``handler`` with every upstream's resource and prompt notifications."""
+        for upstream in self._upstreams:
+            upstream.on_notice = handler
 
     async def start(self) -> None:
         """Connect to every upstream and list its tools.

@@ -82,13 +82,23 @@ def write_config(
         decision_path: str = "gateway/authz/decision",
         modules: list[str] | None = None,
         second_upstream: str | None = None,
+        era: str = "",
+        policies: Path = POLICIES,
+        opa_url: str | None = None,
     ) -> Path:
         """``modules``: local tool modules (``tools.modules``, this folder importable);
-        ``second_upstream``: the name of a second copy of the test upstream (no prefix)."""
+        ``second_upstream``: the name of a second copy of the test upstream (no prefix);
+        ``era``: "legacy" for an upstream without 2026-07-28; ``policies``: the policy folder;
+        ``opa_url``: decide with this OPA server instead of the embedded engine.
+        """
+        engine = (
+            ['kind = "opa"', f"url = {_toml(opa_url)}", "timeout_s = 10"]
+            if opa_url is not None
+            else ['kind = "embedded"', f"policies = {_toml(str(policies))}"]
+        )
         lines = [
             "[engine]",
-            'kind = "embedded"',
-            f"policies = {_toml(str(POLICIES))}",
+            *engine,
             f"decision_path = {_toml(decision_path)}",
             "",
             "[audit]",
@@ -113,7 +123,7 @@ def write_config(
             "[[mcp.upstreams]]",
             'name = "files"',
             f"command = {_toml(sys.executable)}",
-            f"args = {_toml([str(UPSTREAM), str(record), str(variant)])}",
+            f"args = {_toml([str(UPSTREAM), str(record), str(variant), era])}",
             f"prefix = {_toml(prefix)}",
             "timeout_s = 20",
         ]

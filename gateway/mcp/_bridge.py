@@ -1,0 +1,461 @@
+"""What the MCP front offers beyond tools: notifications, logging, resources and prompts.
+
+- ``notifications/tools/list_changed`` (``listChanged: true``): sent to every connected client
+  whenever the set of served tools changes (an upstream's own list_changed, an upstream coming
+  up after a retry, a reconnection listing a different set); resources and prompts list
+  changes of upstreams are passed on the same way.
+- ``logging/setLevel``: remembered per client connection and forwarded to the upstreams that
+  log (before 2026-07-28; since then the level travels with each request); upstream log
+  messages reach only the client request they belong to (see :mod:`gateway.mcp._relay`).
+- progress, sampling, elicitation and roots are relayed per request (:class:`Relay`).
+- resources and prompts of the upstreams (:mod:`gateway.mcp._catalog`): listing passes the
+  upstreams' lists through; every read, subscription and prompt is decided by the policy
+  through the call pipeline, and a refused one never reaches the upstream. A refusal is a
+  JSON-RPC error :data:`REFUSED` whose message is the public text and whose ``data`` carries
+  ``gateway/code`` (and ``gateway/decision_id``). An upstream's ``resources/updated`` reaches
+  only the connections that subscribed to that resource through the gateway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import uuid
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any, Final
+
+import mcp_types as types
+from mcp import MCPError
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.lowlevel import NotificationOptions, Server
+from mcp.server.models import InitializationOptions
+from mcp.shared.message import ServerMessageMetadata
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from gateway import _json
+from gateway._call import ToolCall
+from gateway.audit import AuditTrail
+from gateway.mcp._catalog import GET_PROMPT, READ, SUBSCRIBE, action_tools
+from gateway.mcp._content import ActionOutput, public_text
+from gateway.mcp._relay import DOWNSTREAM, LEVELS, InputRequest
+from gateway.mcp._upstream import Notice, Upstream, UpstreamSet
+from gateway.policy import CallerContext, caller_context
+from gateway.service import CallResult, Gateway
+
+_LOG: Final = logging.getLogger("gateway.mcp")
+#: The JSON-RPC error code of a resource or prompt request the gateway refused.
+REFUSED: Final = -32010
+_LOG_LEVEL_META: Final = "io.modelcontextprotocol/logLevel"
+_NOT_FOUND_LEGACY: Final = -32002
+
+
+class GatewayServer(Server[Any]):
+    """The SDK's low-level server, announcing list changes (handshake revisions)."""
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        """The initialization options, with ``listChanged`` for tools, resources, prompts."""
+        return super().create_initialization_options(
+            notification_options
+            or NotificationOptions(
+                prompts_changed=True, resources_changed=True, tools_changed=True
+            ),
+            experimental_capabilities,
+            extensions,
+        )
+
+
+def _connection(ctx: ServerRequestContext[Any, Any]) -> Any:
+    # The per-client connection (the SDK keeps it on the per-request session proxy).
+    return getattr(ctx.session, "_connection", None)
+
+
+class Relay:
+    """The way back to one client request (a :class:`gateway.mcp._relay.Downstream`)."""
+
+    def __init__(self, ctx: ServerRequestContext[Any, Any], log_level: str | None) -> None:
+        self._ctx = ctx
+        meta: dict[str, Any] = dict(ctx.meta or {})
+        # The SDK keeps the token under its Python name (the wire's is progressToken).
+        token = meta.get("progress_token", meta.get("progressToken"))
+        self._progress = token is not None and not isinstance(token, bool)
+        self._level: types.LoggingLevel | None = None
+        for level in LEVELS:
+            if level == log_level:
+                self._level = level
+
+    @property
+    def log_level(self) -> types.LoggingLevel | None:
+        """The least severe level the client asked for on this request."""
+        return self._level
+
+    @property
+    def wants_progress(self) -> bool:
+        """Whether the request carried a progress token."""
+        return self._progress
+
+    async def progress(self, progress: float, total: float | None, message: str | None) -> None:
+        """Progress under the client's own token, on the request's stream."""
+        with contextlib.suppress(Exception):
+            await self._ctx.session.report_progress(progress, total, message)
+
+    async def log(self, params: types.LoggingMessageNotificationParams) -> None:
+        """The upstream's log message, on the request's stream."""
+        with contextlib.suppress(Exception):
+            await self._ctx.session.send_notification(
+                types.LoggingMessageNotification(params=params),
+                related_request_id=self._ctx.request_id,
+            )
+
+    async def ask(
+        self, request: InputRequest
+    ) -> types.CreateMessageResult | types.ElicitResult | types.ListRootsResult | types.ErrorData:
+        """Relay the upstream's request to this client when it offered the capability."""
+        session = self._ctx.session
+        result_type: Any
+        offered = True
+        if isinstance(request, types.CreateMessageRequest):
+            with_tools = bool(request.params.tools or request.params.tool_choice)
+            wanted = types.ClientCapabilities(
+                sampling=types.SamplingCapability(
+                    tools=types.SamplingToolsCapability() if with_tools else None,
+                    context=(
+                        types.SamplingContextCapability()
+                        if request.params.include_context in ("thisServer", "allServers")
+                        else None
+                    ),
+                )
+            )
+            result_type = (
+                types.CreateMessageResultWithTools if with_tools else types.CreateMessageResult
+            )
+        elif isinstance(request, types.ElicitRequest):
+            wanted = types.ClientCapabilities(elicitation=types.ElicitationCapability())
+            if isinstance(request.params, types.ElicitRequestURLParams):
+                have = session.client_capabilities
+                offered = (
+                    have is not None
+                    and have.elicitation is not None
+                    and (have.elicitation.url is not None)
+                )
+            result_type = types.ElicitResult
+        else:
+            wanted = types.ClientCapabilities(roots=types.RootsCapability())
+            result_type = types.ListRootsResult
+        if not offered or not session.check_client_capability(wanted):
+            return types.ErrorData(
+                code=types.METHOD_NOT_FOUND, message="the client does not offer this capability"
+            )
+        if not session.can_send_request:
+            return types.ErrorData(
+                code=types.INVALID_REQUEST, message="the client cannot be asked on this request"
+            )
+        try:
+            answer: Any = await session.send_request(
+                request,
+                result_type,
+                metadata=ServerMessageMetadata(related_request_id=self._ctx.request_id),
+            )
+        except asyncio.CancelledError:
+            raise
+        except MCPError as exc:
+            return types.ErrorData(code=exc.code, message=public_text(exc.message or "refused"))
+        except Exception:  # noqa: BLE001 - the upstream gets an error, never our exception
+            return types.ErrorData(code=types.INTERNAL_ERROR, message="the client did not answer")
+        if isinstance(
+            answer, types.CreateMessageResult | types.ElicitResult | types.ListRootsResult
+        ):
+            return answer
+        return types.ErrorData(code=types.INTERNAL_ERROR, message="the client did not answer")
+
+
+class _Tracker:
+    """Server middleware: remembers every client connection that made a request."""
+
+    def __init__(self, connections: weakref.WeakSet[Any]) -> None:
+        self._connections = connections
+
+    async def __call__(
+        self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
+        connection = _connection(ctx)
+        if connection is not None and ctx.method != "initialize":
+            self._connections.add(connection)
+        return await call_next(ctx)
+
+
+class Bridge:
+    """Notifications, logging, relaying, resources and prompts for one :class:`McpFront`.
+
+    Args:
+        gateway: the gateway served now (its authorizer decides the actions).
+        caller: the caller context of a request.
+        audit: the trail the actions are recorded in (the gateway's own).
+        upstreams: the upstream servers (``None``: no resources, prompts or logging).
+    """
+
+    def __init__(
+        self,
+        gateway: Callable[[], Gateway],
+        caller: Callable[[ServerRequestContext[Any, Any]], CallerContext],
+        *,
+        audit: AuditTrail | None,
+        upstreams: UpstreamSet | None,
+    ) -> None:
+        self._gateway = gateway
+        self._caller = caller
+        self._audit = audit
+        self._upstreams = upstreams
+        self._connections: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._levels: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+        self._subscribers: dict[tuple[str, str], weakref.WeakSet[Any]] = {}
+        self._actions: tuple[Gateway, Gateway] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        if upstreams is not None:
+            upstreams.on_notice(self._on_notice)
+
+    def install(self, server: Server[Any]) -> None:
+        """Register the handlers and the connection tracker on ``server``."""
+        server.middleware.append(_Tracker(self._connections))
+        server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, self._set_level)
+        server.add_notification_handler(
+            "notifications/roots/list_changed", types.NotificationParams, self._roots_changed
+        )
+        if self._upstreams is None:
+            return
+        server.add_request_handler(
+            "resources/list", types.PaginatedRequestParams, self._list_resources
+        )
+        server.add_request_handler(
+            "resources/templates/list", types.PaginatedRequestParams, self._list_templates
+        )
+        server.add_request_handler("resources/read", types.ReadResourceRequestParams, self._read)
+        server.add_request_handler(
+            "resources/subscribe", types.SubscribeRequestParams, self._subscribe
+        )
+        server.add_request_handler(
+            "resources/unsubscribe", types.UnsubscribeRequestParams, self._unsubscribe
+        )
+        server.add_request_handler("prompts/list", types.PaginatedRequestParams, self._list_prompts)
+        server.add_request_handler("prompts/get", types.GetPromptRequestParams, self._get_prompt)
+
+    # -- per-request relaying ------------------------------------------------------------
+
+    def _level_for(self, ctx: ServerRequestContext[Any, Any]) -> str | None:
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            level = (ctx.meta or {}).get(_LOG_LEVEL_META)
+            return level if isinstance(level, str) else None
+        connection = _connection(ctx)
+        return self._levels.get(connection) if connection is not None else None
+
+    @contextlib.contextmanager
+    def relay(self, ctx: ServerRequestContext[Any, Any]) -> Iterator[None]:
+        """Make this request the destination of what upstreams send about it."""
+        token = DOWNSTREAM.set(Relay(ctx, self._level_for(ctx)))
+        try:
+            yield
+        finally:
+            DOWNSTREAM.reset(token)
+
+    async def _set_level(
+        self, ctx: ServerRequestContext[Any, Any], params: types.SetLevelRequestParams
+    ) -> types.EmptyResult:
+        connection = _connection(ctx)
+        if connection is not None:
+            self._levels[connection] = params.level
+        if self._upstreams is not None:
+            # The upstream connection is shared: ask for the most verbose level any client
+            # wants; each client request still gets only what its client asked for.
+            wanted = [level for level in self._levels.values() if level in LEVELS]
+            most = min(wanted, key=LEVELS.index) if wanted else params.level
+            await self._upstreams.set_log_level(LEVELS[LEVELS.index(most)])
+        return types.EmptyResult()
+
+    async def _roots_changed(
+        self, ctx: ServerRequestContext[Any, Any], params: types.NotificationParams
+    ) -> None:
+        if self._upstreams is not None:
+            await self._upstreams.roots_changed()
+
+    # -- notifications to every client --------------------------------------------------
+
+    def _spawn(self, work: Any) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        task = loop.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _broadcast(
+        self, method: str, params: dict[str, Any] | None, targets: list[Any]
+    ) -> None:
+        for connection in targets:
+            try:
+                await connection.outbound.notify(method, params)
+            except Exception:  # noqa: BLE001 - a closed connection just misses it
+                _LOG.debug("could not send %s to a client", method)
+
+    def tools_changed(self) -> None:
+        """Tell every connected client that the tool list changed."""
+        self._spawn(
+            self._broadcast("notifications/tools/list_changed", None, list(self._connections))
+        )
+
+    def _on_notice(self, upstream: Upstream, notice: Notice) -> None:
+        if isinstance(notice, types.ResourceUpdatedNotification):
+            uri = notice.params.uri
+            targets = list(self._subscribers.get((upstream.name, uri), ()))
+            params = {"uri": uri}
+            self._spawn(self._broadcast("notifications/resources/updated", params, targets))
+            return
+        method = (
+            "notifications/resources/list_changed"
+            if isinstance(notice, types.ResourceListChangedNotification)
+            else "notifications/prompts/list_changed"
+        )
+        self._spawn(self._broadcast(method, None, list(self._connections)))
+
+    # -- resources and prompts ------------------------------------------------------------
+
+    def _upstream_set(self) -> UpstreamSet:
+        assert self._upstreams is not None  # noqa: S101 - handlers are installed with one
+        return self._upstreams
+
+    def _action_gateway(self) -> Gateway:
+        gateway = self._gateway()
+        if self._actions is None or self._actions[0] is not gateway:
+            actions = Gateway(
+                action_tools(self._upstream_set()),
+                authorizer=gateway.authorizer,
+                audit=self._audit,
+            )
+            self._actions = (gateway, actions)
+        return self._actions[1]
+
+    async def _act(
+        self, ctx: ServerRequestContext[Any, Any], name: str, arguments: dict[str, Any]
+    ) -> ActionOutput:
+        try:
+            raw = _json.canonical(arguments)
+        except (_json.StrictJSONError, UnicodeError, RecursionError):
+            raw = json.dumps(arguments, ensure_ascii=True, default=repr).encode()
+        call = ToolCall(f"mcp-{uuid.uuid4().hex}", name, raw)
+        with caller_context(self._caller(ctx)), self.relay(ctx):
+            result = await self._action_gateway().call(call)
+        output = result.output
+        if result.ok and isinstance(output, ActionOutput) and output.result is not None:
+            return output
+        if isinstance(output, ActionOutput) and output.rpc_code is not None:
+            raise MCPError(
+                code=output.rpc_code,
+                message=result.message or "the upstream request failed",
+                data=_data(result),
+            )
+        raise MCPError(code=REFUSED, message=result.message or result.code, data=_data(result))
+
+    async def _list_resources(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams
+    ) -> types.ListResourcesResult:
+        return types.ListResourcesResult(resources=await self._upstream_set().list_resources())
+
+    async def _list_templates(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams
+    ) -> types.ListResourceTemplatesResult:
+        templates = await self._upstream_set().list_resource_templates()
+        return types.ListResourceTemplatesResult(resource_templates=templates)
+
+    async def _list_prompts(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams
+    ) -> types.ListPromptsResult:
+        return types.ListPromptsResult(prompts=await self._upstream_set().list_prompts())
+
+    def _owner(self, ctx: ServerRequestContext[Any, Any], uri: str) -> Upstream:
+        owner = self._upstream_set().resource_owner(uri)
+        if owner is None:
+            code = (
+                types.INVALID_PARAMS
+                if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+                else _NOT_FOUND_LEGACY
+            )
+            raise MCPError(code=code, message="Resource not found")
+        return owner
+
+    async def _read(
+        self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        owner = self._owner(ctx, params.uri)
+        arguments = {
+            "action": "resources/read",
+            "version": 1,
+            "server": owner.name,
+            "uri": params.uri,
+        }
+        output = await self._act(ctx, READ, arguments)
+        assert output.result is not None  # noqa: S101 - _act returns results only
+        return types.ReadResourceResult.model_validate_json(output.result, by_name=False)
+
+    async def _subscribe(
+        self, ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams
+    ) -> types.EmptyResult:
+        owner = self._owner(ctx, params.uri)
+        arguments = {
+            "action": "resources/subscribe",
+            "version": 1,
+            "server": owner.name,
+            "uri": params.uri,
+        }
+        await self._act(ctx, SUBSCRIBE, arguments)
+        connection = _connection(ctx)
+        if connection is not None:
+            self._subscribers.setdefault((owner.name, params.uri), weakref.WeakSet()).add(
+                connection
+            )
+        return types.EmptyResult()
+
+    async def _unsubscribe(
+        self, ctx: ServerRequestContext[Any, Any], params: types.UnsubscribeRequestParams
+    ) -> types.EmptyResult:
+        connection = _connection(ctx)
+        for key, subscribers in list(self._subscribers.items()):
+            if key[1] != params.uri or connection not in subscribers:
+                continue
+            subscribers.discard(connection)
+            if not subscribers:
+                del self._subscribers[key]
+                with contextlib.suppress(Exception):
+                    await self._upstream_set()[key[0]].subscribe(params.uri, on=False)
+        return types.EmptyResult()
+
+    async def _get_prompt(
+        self, ctx: ServerRequestContext[Any, Any], params: types.GetPromptRequestParams
+    ) -> types.GetPromptResult:
+        found = await self._upstream_set().prompt_owner(params.name)
+        if found is None:
+            raise MCPError(code=types.INVALID_PARAMS, message="Prompt not found")
+        upstream, _ = found
+        arguments = {
+            "action": "prompts/get",
+            "version": 1,
+            "server": upstream.name,
+            "prompt": params.name,
+            "arguments": dict(params.arguments or {}),
+        }
+        output = await self._act(ctx, GET_PROMPT, arguments)
+        assert output.result is not None  # noqa: S101 - _act returns results only
+        return types.GetPromptResult.model_validate_json(output.result, by_name=False)
+
+
+def _data(result: CallResult) -> dict[str, Any]:
+    data: dict[str, Any] = {"gateway/code": result.code}
+    if result.decision_id is not None:
+        data["gateway/decision_id"] = result.decision_id
+    return data
