@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +42,7 @@ class _Tool:
 
 
 class _FailingSink(MemorySink):
-    def submit(self, record: dict[str, Any]) -> Any:
+    def submit(self, record: Mapping[str, Any]) -> Future[dict[str, Any]]:
         if record["type"] == "decision":
             raise OSError("disk full")
         return super().submit(record)
@@ -98,7 +100,7 @@ async def test_every_pipeline_result_has_the_tables_status_and_audit_outcome(
 ) -> None:
     result, records = await _result(tool, answer, name, arguments)
 
-    entry = ResultCode(code)
+    entry = result_code(code)
     assert (result.code, result.status) == (entry.value, entry.status)
     outcome = records[-1]
     assert (outcome["type"], outcome["outcome"]) == ("outcome", entry.outcome)
@@ -123,7 +125,8 @@ async def test_every_mcp_result_carries_the_tables_code_and_is_an_error_unless_o
 
     mcp = to_call_result(result)
 
-    assert ResultCode(mcp.meta["gateway/code"]) is ResultCode(code)  # type: ignore[index]
+    assert mcp.meta is not None
+    assert result_code(mcp.meta["gateway/code"]) is result_code(code)
     assert mcp.is_error is (code != "ok")
 
 
@@ -144,7 +147,7 @@ def test_the_readme_code_table_is_the_table() -> None:
     text = README.read_text(encoding="utf-8")
     start = text.index("| status | `code` | when |")
     rows = text[start:].split("\n\n", 1)[0].splitlines()[2:]
-    documented = set()
+    documented: set[tuple[int, str]] = set()
     for row in rows:
         status, codes, _when = (cell.strip() for cell in row.strip("|").split("|"))
         documented.update((int(status), code) for code in re.findall(r"`([a-z_]+)`", codes))
