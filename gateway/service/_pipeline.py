@@ -29,8 +29,14 @@ from typing import Final
 
 from gateway._authorization import Authorization, AuthorizationError, Authorizer, Decision
 from gateway._call import ToolCall
-from gateway._capability import InputValidator
-from gateway._contract import DEFAULT_LIMITS, AdmissionLimits, Binding, Invocation, Tool
+from gateway._contract import (
+    DEFAULT_LIMITS,
+    AdmissionLimits,
+    Binding,
+    InputValidator,
+    Invocation,
+    Tool,
+)
 from gateway._definition import ToolDefinition
 from gateway._errors import InvalidInvocationError
 from gateway._failure import Failure
