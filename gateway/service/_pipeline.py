@@ -57,12 +57,8 @@ class CallResult:
     """What a surface reports for one call.
 
     Attributes:
-        status: the HTTP status that fits (200, 400, 403, 404, 500, 503).
-        code: ``ok``, ``tool_failed``, ``tool_rejected``, ``unknown_tool``,
-            ``invalid_arguments``, ``denied``, ``audit_failed``, ``tool_error``, or the
-            no-decision code (``engine_unavailable``, ``engine_timeout``,
-            ``undefined_decision``, ``malformed_decision``, ``engine_error``,
-            ``no_decision``).
+        status: the HTTP status the code table gives ``code``.
+        code: a :class:`~gateway.service.ResultCode` value (the one table of codes).
         message: public text for the caller (never engine internals).
         output: the tool's output, or a tool Failure's public output.
         decision_id: the policy decision's id, when a decision was made.
