@@ -1,6 +1,9 @@
 """The service configuration: one TOML file, validated at start with errors naming the key.
 
-Relative paths in the file are resolved against the file's own directory.
+The file is first read into its table models (:mod:`gateway.service._config_models`: unknown
+keys and wrong types refused by dotted path), then checked for what the values mean together
+and turned into the validated :class:`GatewayConfig` the builder assembles from. Relative
+paths in the file are resolved against the file's own directory.
 """
 
 from __future__ import annotations
@@ -8,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import importlib
 import ipaddress
-import math
 import os
 import re
 import secrets
@@ -18,11 +20,39 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from gateway._errors import GatewayError
-from gateway.policy import normalize_path
+from gateway.audit import FsyncPolicy
+from gateway.policy import DEFAULT_DECISION_PATH, DEFAULT_MAX_TTL, normalize_path
+from gateway.policy._rest import DEFAULT_REVISION_INTERVAL  # not exported by gateway.policy yet
+from gateway.policy._wasm import DEFAULT_TIMEOUT_S  # not exported by gateway.policy yet
+from gateway.replay import ReplaySettings, SettingsError, ShadowSettings, parse_replay, parse_shadow
+from gateway.service._config_models import (
+    DEFAULT_CACHE_ENTRIES,
+    DEFAULT_JWT_CLAIMS,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_SESSIONS_PER_CALLER,
+    DEFAULT_SESSION_IDLE_TIMEOUT_S,
+    DEFAULT_UPSTREAM_TIMEOUT_S,
+    ApiKeysFile,
+    ApiKeyTable,
+    AuditTable,
+    AuthTable,
+    CacheTable,
+    ConfigError,
+    ConfigFile,
+    EngineTable,
+    JwtTable,
+    McpTable,
+    PathsTable,
+    ServerTable,
+    UpstreamTable,
+    VerificationTable,
+    read_table,
+)
+
+__all__ = ["ConfigError"]  # re-exported: the configuration's error is defined with its models
 
 _ENGINES: Final = ("embedded", "opa")
-_FSYNC: Final = ("always", "batch", "none")
+_FSYNC: Final = tuple(policy.value for policy in FsyncPolicy)
 _ALGORITHMS: Final = ("HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "ES256", "ES384")
 _UPSTREAM_NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _TOOL_PREFIX: Final = re.compile(r"[A-Za-z0-9_-]{0,63}")
@@ -53,12 +83,6 @@ _PUBLISHED_DIGESTS: Final = frozenset(
 )
 
 
-class ConfigError(GatewayError, ValueError):
-    """The configuration is invalid; the message starts with the offending key."""
-
-    code = "invalid_config"
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EngineConfig:
     """Which Rego engine decides, and how."""
@@ -76,9 +100,9 @@ class EngineConfig:
     verification_key_id: str | None = None
     verification_scope: str | None = None
     url: str | None = None
-    timeout_s: float = 1.0
-    revision_interval_s: float = 5.0
-    decision_path: str = "gateway/authz/decision"
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    revision_interval_s: float = DEFAULT_REVISION_INTERVAL
+    decision_path: str = DEFAULT_DECISION_PATH
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -86,8 +110,8 @@ class CacheConfig:
     """The decision cache."""
 
     enabled: bool = True
-    max_entries: int = 100_000
-    max_ttl_s: float = 30.0
+    max_entries: int = DEFAULT_CACHE_ENTRIES
+    max_ttl_s: float = DEFAULT_MAX_TTL
     default_ttl_s: float = 0.0
 
 
@@ -97,7 +121,7 @@ class AuditConfig:
 
     enabled: bool = True
     path: Path | None = None
-    fsync: str = "always"
+    fsync: str = FsyncPolicy.ALWAYS.value
     max_bytes: int | None = None
     key_env: str | None = None
     key_file: Path | None = None
@@ -131,9 +155,7 @@ class JwtConfig:
     issuer: str | None = None
     audience: str | None = None
     leeway_s: float = 0.0
-    claims: Mapping[str, str] = field(
-        default_factory=lambda: {"subject": "sub", "roles": "roles", "tenant": "tenant"}
-    )
+    claims: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_JWT_CLAIMS))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -150,7 +172,7 @@ class ServerConfig:
 
     host: str = "127.0.0.1"
     port: int = 8080
-    max_body_bytes: int = 2 * 1024 * 1024
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -170,7 +192,7 @@ class McpUpstreamConfig:
     url: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
     prefix: str = ""
-    timeout_s: float = 60.0
+    timeout_s: float = DEFAULT_UPSTREAM_TIMEOUT_S
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -185,8 +207,8 @@ class McpConfig:
 
     stdio_context: Mapping[str, Any] | None = None
     upstreams: tuple[McpUpstreamConfig, ...] = ()
-    max_sessions_per_caller: int = 8
-    session_idle_timeout_s: float = 1800.0
+    max_sessions_per_caller: int = DEFAULT_MAX_SESSIONS_PER_CALLER
+    session_idle_timeout_s: float = DEFAULT_SESSION_IDLE_TIMEOUT_S
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -211,38 +233,11 @@ class GatewayConfig:
     tools: tuple[str, ...]
     mcp: McpConfig = field(default_factory=McpConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)
+    #: ``[replay]``: the capture, when on.
+    replay: ReplaySettings | None = None
+    #: ``[shadow]``: the shadow candidate, when on.
+    shadow: ShadowSettings | None = None
     source: Path | None = None
-
-
-def _table(data: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
-    value = data.get(key, {})
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{where}{key}: must be a table")
-    return value
-
-
-def _known(data: Mapping[str, Any], allowed: Iterable[str], where: str) -> None:
-    unknown = sorted(set(data) - set(allowed))
-    if unknown:
-        raise ConfigError(f"{where}{unknown[0]}: unknown key")
-
-
-def _get(
-    data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], default: Any, where: str
-) -> Any:
-    value = data.get(key, default)
-    if value is None:
-        return None
-    if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
-        raise ConfigError(f"{where}{key}: must be {_name(kind)}")
-    if not isinstance(value, kind):
-        raise ConfigError(f"{where}{key}: must be {_name(kind)}")
-    return value
-
-
-def _name(kind: type | tuple[type, ...]) -> str:
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    return " or ".join(k.__name__ for k in kinds)
 
 
 def _path(base: Path, value: str | None) -> Path | None:
@@ -258,18 +253,19 @@ def _positive(value: float, key: str) -> float:
     return value
 
 
+#: The bundle signature algorithms the policy layer verifies (a test pins them equal).
 _BUNDLE_ALGORITHMS: Final = (
     *("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512"),
     *("HS256", "HS384", "HS512"),
 )
 
 
-def _verification(data: Mapping[str, Any], base: Path) -> dict[str, Any]:
-    where = "engine.verification."
-    _known(data, ("key_file", "algorithm", "key_id", "scope"), where)
-    if not data:
+def _verification(
+    table: VerificationTable | None, given: Mapping[str, Any], base: Path
+) -> dict[str, Any]:
+    if table is None or not given:  # an empty [engine.verification] asks for nothing
         return {}
-    key_file = _path(base, _get(data, "key_file", str, None, where))
+    key_file = _path(base, table.key_file)
     if key_file is None:
         raise ConfigError("engine.verification.key_file: required to verify bundles")
     try:
@@ -278,37 +274,27 @@ def _verification(data: Mapping[str, Any], base: Path) -> dict[str, Any]:
         raise ConfigError(
             f"engine.verification.key_file: cannot read {key_file}: {exc.strerror or exc}"
         ) from None
-    algorithm = _get(data, "algorithm", str, "RS256", where)
-    if algorithm not in _BUNDLE_ALGORITHMS:
+    if table.algorithm not in _BUNDLE_ALGORITHMS:
         raise ConfigError(
             f"engine.verification.algorithm: must be one of {', '.join(_BUNDLE_ALGORITHMS)}"
         )
     return {
         "verification_key": key,
-        "verification_algorithm": algorithm,
-        "verification_key_id": _get(data, "key_id", str, None, where),
-        "verification_scope": _get(data, "scope", str, None, where),
+        "verification_algorithm": table.algorithm,
+        "verification_key_id": table.key_id,
+        "verification_scope": table.scope,
     }
 
 
-def _engine(data: Mapping[str, Any], base: Path) -> EngineConfig:
-    where = "engine."
-    _known(
-        data,
-        (
-            *("kind", "bundle", "policies", "opa_binary", "verification", "url"),
-            *("timeout_s", "revision_interval_s", "decision_path"),
-        ),
-        where,
-    )
-    kind = _get(data, "kind", str, "embedded", where)
+def _engine(table: EngineTable, given: Mapping[str, Any], base: Path) -> EngineConfig:
+    kind = table.kind
     if kind not in _ENGINES:
         raise ConfigError(f"engine.kind: must be one of {', '.join(_ENGINES)}, got {kind!r}")
-    bundle = _path(base, _get(data, "bundle", str, None, where))
-    policies = _path(base, _get(data, "policies", str, None, where))
-    opa_binary = _path(base, _get(data, "opa_binary", str, None, where))
-    verification = _verification(_table(data, "verification", where), base)
-    url = _get(data, "url", str, None, where)
+    bundle = _path(base, table.bundle)
+    policies = _path(base, table.policies)
+    opa_binary = _path(base, table.opa_binary)
+    verification = _verification(table.verification, _subtable(given, "verification"), base)
+    url = table.url
     if kind == "embedded":
         if (bundle is None) == (policies is None):
             raise ConfigError(
@@ -325,12 +311,12 @@ def _engine(data: Mapping[str, Any], base: Path) -> EngineConfig:
             raise ConfigError("engine.opa_binary: only compiles engine.policies")
     elif url is None or not url.startswith(("http://", "https://")):
         raise ConfigError("engine.url: required for the opa engine (http(s)://host:port)")
-    decision_path = _get(data, "decision_path", str, "gateway/authz/decision", where)
     try:
-        normalize_path(decision_path)
+        normalize_path(table.decision_path)
     except ValueError:
         raise ConfigError(
-            f"engine.decision_path: {decision_path!r} is not a path like gateway/authz/decision"
+            f"engine.decision_path: {table.decision_path!r} is not a path like "
+            "gateway/authz/decision"
         ) from None
     return EngineConfig(
         kind=kind,
@@ -339,37 +325,25 @@ def _engine(data: Mapping[str, Any], base: Path) -> EngineConfig:
         opa_binary=opa_binary,
         **verification,
         url=url,
-        timeout_s=_positive(
-            float(_get(data, "timeout_s", (int, float), 1.0, where)), "engine.timeout_s"
-        ),
-        revision_interval_s=float(_get(data, "revision_interval_s", (int, float), 5.0, where)),
-        decision_path=decision_path,
+        timeout_s=_positive(table.timeout_s, "engine.timeout_s"),
+        revision_interval_s=table.revision_interval_s,
+        decision_path=table.decision_path,
     )
 
 
-def _cache(data: Mapping[str, Any]) -> CacheConfig:
-    where = "cache."
-    _known(data, ("enabled", "max_entries", "max_ttl_s", "default_ttl_s"), where)
-    max_entries = _get(data, "max_entries", int, 100_000, where)
-    if max_entries < 1:
+def _cache(table: CacheTable) -> CacheConfig:
+    if table.max_entries < 1:
         raise ConfigError("cache.max_entries: must be at least 1")
-    max_ttl = float(_get(data, "max_ttl_s", (int, float), 30.0, where))
-    default_ttl = float(_get(data, "default_ttl_s", (int, float), 0.0, where))
-    if max_ttl < 0 or default_ttl < 0:
+    if table.max_ttl_s < 0:
         raise ConfigError("cache.max_ttl_s: TTLs must not be negative")
+    if table.default_ttl_s < 0:
+        raise ConfigError("cache.default_ttl_s: TTLs must not be negative")
     return CacheConfig(
-        enabled=_get(data, "enabled", bool, True, where),
-        max_entries=max_entries,
-        max_ttl_s=max_ttl,
-        default_ttl_s=default_ttl,
+        enabled=table.enabled,
+        max_entries=table.max_entries,
+        max_ttl_s=table.max_ttl_s,
+        default_ttl_s=table.default_ttl_s,
     )
-
-
-def _strings(data: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
-    value = data.get(key, [])
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise ConfigError(f"{where}{key}: must be a list of strings")
-    return tuple(value)
 
 
 def audit_key_from_env(name: str, *, where: str = "audit.key_env") -> bytes:
@@ -419,248 +393,172 @@ def _long_enough(key: bytes, where: str, what: str) -> bytes:
     return key
 
 
-def _audit_key(
-    data: Mapping[str, Any], base: Path, *, enabled: bool
-) -> tuple[str | None, Path | None, bool, bool, bytes | None]:
+def _audit_key(table: AuditTable, key_file: Path | None) -> bytes | None:
     # A chain without a key proves nothing against anyone who can write its files (they
     # can rewrite and rehash it), so it takes an explicit `unkeyed = true`.
-    where = "audit."
-    key_env = _get(data, "key_env", str, None, where)
-    key_file = _path(base, _get(data, "key_file", str, None, where))
-    generate = _get(data, "generate_key", bool, False, where)
-    unkeyed = _get(data, "unkeyed", bool, False, where)
-    if key_env is not None and key_file is not None:
+    if table.key_env is not None and key_file is not None:
         raise ConfigError("audit.key_file: set key_env or key_file, not both")
-    if generate and key_file is None:
+    if table.generate_key and key_file is None:
         raise ConfigError("audit.generate_key: needs key_file (where the key is kept)")
-    if unkeyed and (key_env is not None or key_file is not None):
+    if table.unkeyed and (table.key_env is not None or key_file is not None):
         raise ConfigError("audit.unkeyed: contradicts the key_env or key_file also set")
-    key: bytes | None = None
-    if key_env is not None:
-        key = audit_key_from_env(key_env)
-    elif key_file is not None and enabled:
-        key = audit_key_from_file(key_file, generate=generate)
-    elif enabled and not unkeyed:
+    if table.key_env is not None:
+        return audit_key_from_env(table.key_env)
+    if key_file is not None and table.enabled:
+        return audit_key_from_file(key_file, generate=table.generate_key)
+    if table.enabled and not table.unkeyed:
         raise ConfigError(
             "audit.key_env: the audit chain must be keyed: set key_env or key_file (or "
             "unkeyed = true to accept a trail that anyone who can write it can rewrite "
             "undetected)"
         )
-    return key_env, key_file, generate, unkeyed, key
+    return None
 
 
-def _audit(data: Mapping[str, Any], base: Path) -> AuditConfig:
-    where = "audit."
-    _known(
-        data,
-        (
-            "enabled",
-            "path",
-            "fsync",
-            "max_bytes",
-            "key_env",
-            "key_file",
-            "generate_key",
-            "unkeyed",
-            "mask_keys",
-            "mask_patterns",
-            "mask_values",
-            "mask_pointers",
-        ),
-        where,
-    )
-    enabled = _get(data, "enabled", bool, True, where)
-    path = _path(base, _get(data, "path", str, None, where))
-    if enabled and path is None:
+def _audit(table: AuditTable, base: Path) -> AuditConfig:
+    path = _path(base, table.path)
+    if table.enabled and path is None:
         raise ConfigError("audit.path: required when the audit trail is enabled")
-    fsync = _get(data, "fsync", str, "always", where)
-    if fsync not in _FSYNC:
+    if table.fsync not in _FSYNC:
         raise ConfigError(f"audit.fsync: must be one of {', '.join(_FSYNC)}")
-    key_env, key_file, generate, unkeyed, key = _audit_key(data, base, enabled=enabled)
-    pointers = _strings(data, "mask_pointers", where)
-    for pointer in pointers:
+    if table.max_bytes is not None and table.max_bytes < 1:
+        raise ConfigError("audit.max_bytes: must be at least 1")
+    key_file = _path(base, table.key_file)
+    key = _audit_key(table, key_file)
+    for pointer in table.mask_pointers:
         if not pointer.startswith("/"):
             raise ConfigError(f"audit.mask_pointers: {pointer!r} is not a JSON pointer")
-    patterns = {name: _strings(data, name, where) for name in ("mask_patterns", "mask_values")}
-    for name, texts in patterns.items():
-        for text in texts:
+    for name in ("mask_patterns", "mask_values"):
+        for index, text in enumerate(getattr(table, name)):
             try:
                 re.compile(text)
             except re.error as exc:
+                # The pattern is not quoted: a value pattern may spell out a secret.
                 raise ConfigError(
-                    f"audit.{name}: {text!r} is not a regular expression: {exc}"
+                    f"audit.{name}: entry {index} is not a regular expression: {exc.msg} "
+                    f"at position {exc.pos}"
                 ) from None
     return AuditConfig(
-        enabled=enabled,
+        enabled=table.enabled,
         path=path,
-        fsync=fsync,
-        max_bytes=_get(data, "max_bytes", int, None, where),
-        key_env=key_env,
+        fsync=table.fsync,
+        max_bytes=table.max_bytes,
+        key_env=table.key_env,
         key_file=key_file,
-        generate_key=generate,
-        unkeyed=unkeyed,
+        generate_key=table.generate_key,
+        unkeyed=table.unkeyed,
         key=key,
-        mask_keys=_strings(data, "mask_keys", where),
-        mask_patterns=patterns["mask_patterns"],
-        mask_values=patterns["mask_values"],
-        mask_pointers=pointers,
+        mask_keys=table.mask_keys,
+        mask_patterns=table.mask_patterns,
+        mask_values=table.mask_values,
+        mask_pointers=table.mask_pointers,
     )
 
 
-def _api_keys(value: Any, label: str = "auth.api_keys") -> tuple[ApiKey, ...]:
-    if not isinstance(value, list):
-        raise ConfigError(f"{label}: must be an array of tables")
+def _api_keys(tables: tuple[ApiKeyTable, ...], label: str = "auth.api_keys") -> tuple[ApiKey, ...]:
     keys = []
-    for index, entry in enumerate(value):
+    for index, entry in enumerate(tables):
         where = f"{label}[{index}]."
-        if not isinstance(entry, Mapping):
-            raise ConfigError(f"{label}[{index}]: must be a table")
-        _known(entry, ("sha256", "context"), where)
-        digest = _get(entry, "sha256", str, None, where)
+        digest = entry.sha256
         if digest is None or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
             raise ConfigError(
                 f"{where}sha256: must be the 64-character lower-case hex SHA-256 of the key"
             )
-        context = _get(entry, "context", Mapping, None, where)
+        context = entry.context
         if context is None or not isinstance(context.get("subject"), str):
             raise ConfigError(f"{where}context: must be a table with a string subject")
         keys.append(ApiKey(sha256=digest, context=dict(context), where=f"{label}[{index}]"))
     return tuple(keys)
 
 
-def _api_keys_file(data: Mapping[str, Any], base: Path) -> tuple[ApiKey, ...]:
+def _api_keys_file(table: AuthTable, base: Path) -> tuple[ApiKey, ...]:
     # API keys kept out of the configuration file: a secret file (a Docker secret, say)
     # holding [[api_keys]] tables in the configuration's own form.
-    path = _path(base, _get(data, "api_keys_file", str, None, "auth."))
+    path = _path(base, table.api_keys_file)
     if path is None:
         return ()
     label = f"auth.api_keys_file ({path})"
     try:
-        keys = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"auth.api_keys_file: cannot read {path}: {exc.strerror}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError):
         raise ConfigError(f"auth.api_keys_file: {path} is not valid TOML") from None
-    _known(keys, ("api_keys",), f"{label} ")
-    return _api_keys(keys.get("api_keys", []), f"{label} api_keys")
+    keys = read_table(ApiKeysFile, data, f"{label} ")
+    return _api_keys(keys.api_keys, f"{label} api_keys")
 
 
-def _read_secret(data: Mapping[str, Any], base: Path, where: str) -> bytes | None:
-    env = _get(data, "secret_env", str, None, where)
-    if env is None:
-        return None
-    secret = os.environ.get(env)
-    if not secret:
-        raise ConfigError(f"{where}secret_env: environment variable {env} is not set")
-    return secret.encode("utf-8")
-
-
-def _read_file(data: Mapping[str, Any], key: str, base: Path, where: str) -> str | None:
-    path = _path(base, _get(data, key, str, None, where))
+def _read_file(value: str | None, key: str, base: Path) -> str | None:
+    path = _path(base, value)
     if path is None:
         return None
     try:
         return path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(f"{where}{key}: cannot read {path}: {exc.strerror}") from None
+        raise ConfigError(f"auth.jwt.{key}: cannot read {path}: {exc.strerror}") from None
 
 
-def _jwt(data: Mapping[str, Any], base: Path) -> JwtConfig:
-    where = "auth.jwt."
-    _known(
-        data,
-        (
-            "algorithms",
-            "secret_env",
-            "public_key_file",
-            "jwks_file",
-            "issuer",
-            "audience",
-            "leeway_s",
-            "claims",
-        ),
-        where,
-    )
-    algorithms = _strings(data, "algorithms", where) or ("RS256",)
+def _jwt(table: JwtTable, base: Path) -> JwtConfig:
+    algorithms = table.algorithms or ("RS256",)
     for algorithm in algorithms:
         if algorithm not in _ALGORITHMS:
             raise ConfigError(f"auth.jwt.algorithms: unsupported algorithm {algorithm!r}")
-    secret = _read_secret(data, base, where)
-    public_key = _read_file(data, "public_key_file", base, where)
-    jwks = _read_file(data, "jwks_file", base, where)
+    secret: bytes | None = None
+    if table.secret_env is not None:
+        value = os.environ.get(table.secret_env)
+        if not value:
+            raise ConfigError(
+                f"auth.jwt.secret_env: environment variable {table.secret_env} is not set"
+            )
+        secret = value.encode("utf-8")
+    public_key = _read_file(table.public_key_file, "public_key_file", base)
+    jwks = _read_file(table.jwks_file, "jwks_file", base)
     if sum(x is not None for x in (secret, public_key, jwks)) != 1:
         raise ConfigError("auth.jwt: set exactly one of secret_env, public_key_file, jwks_file")
     if secret is not None and not all(a.startswith("HS") for a in algorithms):
         raise ConfigError("auth.jwt.algorithms: a shared secret only works with HS* algorithms")
     if secret is None and any(a.startswith("HS") for a in algorithms):
         raise ConfigError("auth.jwt.algorithms: HS* algorithms need secret_env")
-    claims = _get(data, "claims", Mapping, None, where)
-    if claims is not None and not all(isinstance(v, str) for v in claims.values()):
-        raise ConfigError("auth.jwt.claims: must map context fields to claim names")
-    audience = _get(data, "audience", str, None, where)
-    issuer = _get(data, "issuer", str, None, where)
-    if issuer is None:
+    if table.issuer is None:
         raise ConfigError("auth.jwt.issuer: required (tokens from any issuer would pass)")
-    if audience is None:
+    if table.audience is None:
         raise ConfigError("auth.jwt.audience: required (tokens for any service would pass)")
     return JwtConfig(
         algorithms=algorithms,
         secret=secret,
         public_key=public_key,
         jwks=jwks,
-        issuer=issuer,
-        audience=audience,
-        leeway_s=float(_get(data, "leeway_s", (int, float), 0.0, where)),
-        claims=dict(claims)
-        if claims is not None
-        else {"subject": "sub", "roles": "roles", "tenant": "tenant"},
+        issuer=table.issuer,
+        audience=table.audience,
+        leeway_s=table.leeway_s,
+        claims=dict(table.claims),
     )
 
 
-def _auth(data: Mapping[str, Any], base: Path) -> AuthConfig:
-    _known(data, ("api_keys", "api_keys_file", "jwt"), "auth.")
-    api_keys = _api_keys(data.get("api_keys", [])) + _api_keys_file(data, base)
-    jwt = _jwt(_table(data, "jwt", "auth."), base) if "jwt" in data else None
+def _auth(table: AuthTable, base: Path) -> AuthConfig:
+    api_keys = _api_keys(table.api_keys) + _api_keys_file(table, base)
+    jwt = _jwt(table.jwt, base) if table.jwt is not None else None
     if not api_keys and jwt is None:
         raise ConfigError("auth: configure api_keys or jwt; the service never runs unauthenticated")
     return AuthConfig(api_keys=api_keys, jwt=jwt)
 
 
-def _server(data: Mapping[str, Any]) -> ServerConfig:
-    where = "server."
-    _known(data, ("host", "port", "max_body_bytes"), where)
-    port = _get(data, "port", int, 8080, where)
-    if not 0 <= port <= 65535:
+def _server(table: ServerTable) -> ServerConfig:
+    if not 0 <= table.port <= 65535:
         raise ConfigError("server.port: must be 0-65535")
-    limit = _get(data, "max_body_bytes", int, 2 * 1024 * 1024, where)
-    if limit < 1024:
+    if table.max_body_bytes < 1024:
         raise ConfigError("server.max_body_bytes: must be at least 1024")
-    return ServerConfig(
-        host=_get(data, "host", str, "127.0.0.1", where), port=port, max_body_bytes=limit
-    )
+    return ServerConfig(host=table.host, port=table.port, max_body_bytes=table.max_body_bytes)
 
 
-def _string_table(data: Mapping[str, Any], key: str, where: str) -> dict[str, str]:
-    value = data.get(key, {})
-    if not isinstance(value, Mapping) or not all(isinstance(v, str) for v in value.values()):
-        raise ConfigError(f"{where}{key}: must be a table of strings")
-    return dict(value)
-
-
-def _upstream(entry: Any, index: int, base: Path) -> McpUpstreamConfig:
+def _upstream(
+    entry: UpstreamTable, index: int, given: Mapping[str, Any], base: Path
+) -> McpUpstreamConfig:
     where = f"mcp.upstreams[{index}]."
-    if not isinstance(entry, Mapping):
-        raise ConfigError(f"mcp.upstreams[{index}]: must be a table")
-    _known(
-        entry,
-        ("name", "command", "args", "env", "cwd", "url", "headers", "prefix", "timeout_s"),
-        where,
-    )
-    name = _get(entry, "name", str, None, where)
+    name = entry.name
     if name is None or _UPSTREAM_NAME.fullmatch(name) is None:
         raise ConfigError(f"{where}name: required, 1-64 characters of [A-Za-z0-9_-]")
-    command = _get(entry, "command", str, None, where)
-    url = _get(entry, "url", str, None, where)
+    command, url = entry.command, entry.url
     if (command is None) == (url is None):
         raise ConfigError(f"{where}command: set exactly one of command (stdio) or url (HTTP)")
     if command is not None and not command.strip():
@@ -669,53 +567,38 @@ def _upstream(entry: Any, index: int, base: Path) -> McpUpstreamConfig:
         if not url.startswith(("http://", "https://")):
             raise ConfigError(f"{where}url: must be an http(s):// URL")
         for key in ("args", "env", "cwd"):
-            if key in entry:
+            if key in given:
                 raise ConfigError(f"{where}{key}: only for a command upstream, not a url")
-    elif "headers" in entry:
+    elif "headers" in given:
         raise ConfigError(f"{where}headers: only for a url upstream, not a command")
-    prefix = _get(entry, "prefix", str, "", where)
-    if _TOOL_PREFIX.fullmatch(prefix) is None:
+    if _TOOL_PREFIX.fullmatch(entry.prefix) is None:
         raise ConfigError(f"{where}prefix: must be 0-63 characters of [A-Za-z0-9_-]")
     return McpUpstreamConfig(
         name=name,
         command=command,
-        args=_strings(entry, "args", where),
-        env=_string_table(entry, "env", where),
-        cwd=_path(base, _get(entry, "cwd", str, None, where)),
+        args=entry.args,
+        env=dict(entry.env),
+        cwd=_path(base, entry.cwd),
         url=url,
-        headers=_string_table(entry, "headers", where),
-        prefix=prefix,
-        timeout_s=_positive(
-            float(_get(entry, "timeout_s", (int, float), 60.0, where)), f"{where}timeout_s"
-        ),
+        headers=dict(entry.headers),
+        prefix=entry.prefix,
+        timeout_s=_positive(entry.timeout_s, f"{where}timeout_s"),
     )
 
 
-def _mcp(data: Mapping[str, Any], base: Path) -> McpConfig:
-    where = "mcp."
-    _known(
-        data,
-        ("stdio_context", "upstreams", "max_sessions_per_caller", "session_idle_timeout_s"),
-        where,
-    )
-    max_sessions = _get(data, "max_sessions_per_caller", int, 8, where)
-    if max_sessions < 1:
+def _mcp(table: McpTable, given: Mapping[str, Any], base: Path) -> McpConfig:
+    if table.max_sessions_per_caller < 1:
         raise ConfigError("mcp.max_sessions_per_caller: must be at least 1")
-    idle = float(_get(data, "session_idle_timeout_s", (int, float), 1800.0, where))
-    if not math.isfinite(idle):
-        raise ConfigError("mcp.session_idle_timeout_s: must be finite")
-    _positive(idle, "mcp.session_idle_timeout_s")
-    context = _get(data, "stdio_context", Mapping, None, where)
+    _positive(table.session_idle_timeout_s, "mcp.session_idle_timeout_s")
+    context = table.stdio_context
     if context is not None and (
         not isinstance(context.get("subject"), str) or not context["subject"].strip()
     ):
         raise ConfigError("mcp.stdio_context: must be a table with a non-blank string subject")
-    entries = data.get("upstreams", [])
-    if not isinstance(entries, list):
-        raise ConfigError("mcp.upstreams: must be an array of tables")
+    entries = given.get("upstreams") or []
     upstreams: list[McpUpstreamConfig] = []
-    for index, entry in enumerate(entries):
-        upstream = _upstream(entry, index, base)
+    for index, entry in enumerate(table.upstreams):
+        upstream = _upstream(entry, index, entries[index], base)
         if any(other.name == upstream.name for other in upstreams):
             raise ConfigError(
                 f"mcp.upstreams[{index}].name: duplicate upstream name {upstream.name!r}"
@@ -724,28 +607,45 @@ def _mcp(data: Mapping[str, Any], base: Path) -> McpConfig:
     return McpConfig(
         stdio_context=dict(context) if context is not None else None,
         upstreams=tuple(upstreams),
-        max_sessions_per_caller=max_sessions,
-        session_idle_timeout_s=idle,
+        max_sessions_per_caller=table.max_sessions_per_caller,
+        session_idle_timeout_s=table.session_idle_timeout_s,
     )
 
 
-def _paths(data: Mapping[str, Any]) -> PathsConfig:
-    where = "paths."
-    _known(data, ("resolve", "mounts"), where)
+def _paths(table: PathsTable) -> PathsConfig:
     resolve: dict[str, tuple[str, ...]] = {}
-    for tool, pointers in _table(data, "resolve", where).items():
-        key = f"{where}resolve.{tool}"
+    for tool, pointers in table.resolve.items():
+        key = f"paths.resolve.{tool}"
         if not isinstance(pointers, list) or not all(
             isinstance(p, str) and p.startswith("/") for p in pointers
         ):
             raise ConfigError(f'{key}: must be a list of JSON pointers such as "/path"')
         resolve[tool] = tuple(pointers)
     mounts: dict[str, str] = {}
-    for outer, inner in _table(data, "mounts", where).items():
+    for outer, inner in table.mounts.items():
         if not (outer.startswith("/") and isinstance(inner, str) and inner.startswith("/")):
-            raise ConfigError(f"{where}mounts.{outer}: both folders must be absolute paths")
+            raise ConfigError(f"paths.mounts.{outer}: both folders must be absolute paths")
         mounts[outer] = inner
     return PathsConfig(resolve=resolve, mounts=mounts)
+
+
+def _replay(
+    given: Mapping[str, Any], base: Path
+) -> tuple[ReplaySettings | None, ShadowSettings | None]:
+    # The replay package reads what its tables mean (key rings, the candidate); the models
+    # above have already refused unknown keys and wrong types.
+    try:
+        return (
+            parse_replay(_subtable(given, "replay"), base),
+            parse_shadow(_subtable(given, "shadow"), base),
+        )
+    except SettingsError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _subtable(given: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    value = given.get(name)
+    return value if isinstance(value, Mapping) else {}
 
 
 def parse_config(
@@ -754,27 +654,29 @@ def parse_config(
     """Validate a decoded configuration.
 
     Raises:
-        ConfigError: the first invalid key, named in the message.
+        ConfigError: the first invalid key, named in the message by its dotted path (an
+            unknown key, a value of the wrong type, or values that do not fit together).
     """
-    _known(data, ("engine", "cache", "audit", "auth", "server", "tools", "mcp", "paths"), "")
-    tools = _table(data, "tools", "")
-    _known(tools, ("modules",), "tools.")
-    modules = _strings(tools, "modules", "tools.")
-    mcp = _mcp(_table(data, "mcp", ""), base)
+    file = read_table(ConfigFile, data)
+    modules = file.tools.modules
+    mcp = _mcp(file.mcp, _subtable(data, "mcp"), base)
     if not modules and not mcp.upstreams:  # an MCP-only gateway serves its upstreams' tools
         raise ConfigError('tools.modules: list at least one "module:attribute"')
     for entry in modules:
         if entry.count(":") != 1:
             raise ConfigError(f'tools.modules: {entry!r} must look like "package.module:attribute"')
+    replay, shadow = _replay(data, base)
     config = GatewayConfig(
-        engine=_engine(_table(data, "engine", ""), base),
-        cache=_cache(_table(data, "cache", "")),
-        audit=_audit(_table(data, "audit", ""), base),
-        auth=_auth(_table(data, "auth", ""), base),
-        server=_server(_table(data, "server", "")),
+        engine=_engine(file.engine, _subtable(data, "engine"), base),
+        cache=_cache(file.cache),
+        audit=_audit(file.audit, base),
+        auth=_auth(file.auth, base),
+        server=_server(file.server),
         tools=modules,
         mcp=mcp,
-        paths=_paths(_table(data, "paths", "")),
+        paths=_paths(file.paths),
+        replay=replay,
+        shadow=shadow,
         source=source,
     )
     check_listener(config, config.server.host)
