@@ -168,7 +168,8 @@ JSON_SCALARS = st.none() | st.booleans() | st.integers() | st.text(alphabet=IJSO
 JSON_VALUES = st.recursive(
     JSON_SCALARS,
     lambda children: (
-        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=5), children, max_size=4)
+        st.lists(children, max_size=4)
+        | st.dictionaries(st.text(alphabet=IJSON_CHARACTERS, max_size=5), children, max_size=4)
     ),
     max_leaves=12,
 )
