@@ -526,3 +526,32 @@ def test_the_loader_refuses_arbitrary_text_with_a_config_error_only(
     path.write_text(text, encoding="utf-8")
     with contextlib.suppress(ConfigError):
         load_config(path)
+
+
+def test_a_negative_default_ttl_is_refused_naming_its_own_key(tmp_path: Path) -> None:
+    data = _minimal(tmp_path)
+    data["cache"] = {"default_ttl_s": -1}
+
+    with pytest.raises(ConfigError, match=r"^cache\.default_ttl_s: "):
+        parse_config(data, base=tmp_path)
+
+
+def test_the_shadow_and_replay_tables_become_part_of_the_validated_config(tmp_path: Path) -> None:
+    data = _minimal(tmp_path)
+    data["shadow"] = {"enabled": True, "policies": str(POLICIES), "queue_size": 8}
+    data["replay"] = {"capture": False, "capture_dir": "capture"}
+
+    config = parse_config(data, base=tmp_path)
+
+    assert config.replay is None  # the capture is off
+    assert config.shadow is not None
+    assert (config.shadow.policies, config.shadow.queue_size) == (POLICIES, 8)
+    assert config.shadow.budget_s == _key_default(models.ShadowTable, "budget_s")
+
+
+def test_an_invalid_shadow_setting_is_a_config_error_naming_its_key(tmp_path: Path) -> None:
+    data = _minimal(tmp_path)
+    data["shadow"] = {"enabled": True}
+
+    with pytest.raises(ConfigError, match=r"^shadow\.policies: name exactly one candidate"):
+        parse_config(data, base=tmp_path)
