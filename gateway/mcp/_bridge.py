@@ -43,7 +43,7 @@ from gateway.mcp._content import ActionOutput, public_text
 from gateway.mcp._relay import DOWNSTREAM, LEVELS, InputRequest
 from gateway.mcp._upstream import Notice, Upstream, UpstreamSet
 from gateway.policy import CallerContext, caller_context
-from gateway.service import CallResult, Gateway
+from gateway.service import CallResult, Gateway, request_id_in
 
 _LOG: Final = logging.getLogger("gateway.mcp")
 #: The JSON-RPC error code of a resource or prompt request the gateway refused.
@@ -349,8 +349,10 @@ class Bridge:
         except (_json.StrictJSONError, UnicodeError, RecursionError):
             raw = json.dumps(arguments, ensure_ascii=True, default=repr).encode()
         call = ToolCall(f"mcp-{uuid.uuid4().hex}", name, raw)
+        scope = getattr(ctx.request, "scope", None)
+        request_id = request_id_in(scope) if isinstance(scope, dict) else None
         with caller_context(self._caller(ctx)), self.relay(ctx):
-            result = await self._action_gateway().call(call)
+            result = await self._action_gateway().call(call, request_id=request_id)
         output = result.output
         if result.ok and isinstance(output, ActionOutput) and output.result is not None:
             return output

@@ -468,6 +468,10 @@ async def test_a_resource_read_is_decided_by_the_policy_and_a_denied_one_never_r
         ("mcp.resources.read", ACME, "deny", "bob"),
         ("mcp.resources.read", "file:///srv/tenants/acme/missing.txt", "allow", "alice"),
     ]
+    # Every decision on an action carries its HTTP request's id (never seen by the policy).
+    assert all(
+        r["context"].get("request_id") for r in audit_records(audit_path) if r["type"] == "decision"
+    )
 
 
 @ERAS
