@@ -6,6 +6,7 @@ against the same servers; the tests compare what each client got.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import anyio
+import httpx2
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
@@ -57,27 +59,23 @@ def _dump(model: Any) -> dict[str, Any]:
 
 
 async def _python(target: Target, era: Era, calls: list[Call]) -> Transcript:
-    connect: Any
-    if target.command is not None:
-        connect = StdioServerParameters(
-            command=target.command[0], args=list(target.command[1:]), env=dict(os.environ)
-        )
-    else:
-        assert target.url is not None
-        connect = streamable_http_client(target.url, http_client=_http_client(target.headers))
-    async with Client(connect, mode=era, cache=None) as client:
+    async with contextlib.AsyncExitStack() as stack:
+        connect: Any
+        if target.command is not None:
+            connect = StdioServerParameters(
+                command=target.command[0], args=list(target.command[1:]), env=dict(os.environ)
+            )
+        else:
+            assert target.url is not None
+            # The transport does not close a client it was given: this stack does.
+            http = await stack.enter_async_context(
+                httpx2.AsyncClient(headers=target.headers, timeout=httpx2.Timeout(60))
+            )
+            connect = streamable_http_client(target.url, http_client=http)
+        client = await stack.enter_async_context(Client(connect, mode=era, cache=None))
         tools = [_dump(tool) for tool in (await client.list_tools()).tools]
-        results = []
-        for call in calls:
-            result = await client.call_tool(call.name, call.arguments)
-            results.append(_dump(result))
+        results = [_dump(await client.call_tool(c.name, c.arguments)) for c in calls]
         return Transcript(client.protocol_version, tools, results)
-
-
-def _http_client(headers: dict[str, str]) -> Any:
-    import httpx2
-
-    return httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(60))
 
 
 def python_client(target: Target, era: Era, calls: list[Call]) -> Transcript:

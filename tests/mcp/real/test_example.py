@@ -88,9 +88,14 @@ def http_example(launched: list[str]) -> Iterator[str]:
         process.wait(30)
 
 
+async def _http_session(url: str, key: str, check: Any) -> None:
+    # The transport does not close a client it was given.
+    async with httpx2.AsyncClient(headers={"X-API-Key": key}, timeout=httpx2.Timeout(60)) as http:
+        await _session(streamable_http_client(url, http_client=http), check)
+
+
 def _over_http(url: str, key: str, check: Any) -> None:
-    client = httpx2.AsyncClient(headers={"X-API-Key": key}, timeout=httpx2.Timeout(60))
-    anyio.run(_session, streamable_http_client(url, http_client=client), check)
+    anyio.run(_http_session, url, key, check)
 
 
 def test_the_example_over_http_decides_per_caller_by_api_key(http_example: str) -> None:
