@@ -57,15 +57,19 @@ class Components:
         return Gateway(tools, authorizer=self.authorizer, audit=self.trail, metrics=self.metrics)
 
     async def open(self) -> None:
-        """Open the engine when it is an OPA server (the embedded engine needs nothing)."""
+        """Open the engine when it is an OPA server; start following ``engine.bundle_url``."""
         if isinstance(self.engine, OpaRestEngine):
             await self.engine.open()
+        elif isinstance(self.engine, EmbeddedEngine) and self.config.engine.bundle_url:
+            self.engine.start_polling()
 
     async def close(self) -> None:
         """Close the engine when it is an OPA server, then the audit sink."""
         try:
             if isinstance(self.engine, OpaRestEngine):
                 await self.engine.close()
+            elif isinstance(self.engine, EmbeddedEngine) and self.config.engine.bundle_url:
+                self.engine.stop_polling(wait=False)
         finally:
             if self.sink is not None:
                 self.sink.close()
@@ -111,16 +115,28 @@ def build_engine(config: GatewayConfig) -> PolicyEngine:
 def _embedded_engine(engine_config: EngineConfig) -> EmbeddedEngine:
     decision_path = normalize_path(engine_config.decision_path)
     key = "engine.bundle" if engine_config.bundle is not None else "engine.policies"
+    verification = None
+    if engine_config.verification_key is not None:
+        verification = VerificationKey(
+            engine_config.verification_key,
+            algorithm=engine_config.verification_algorithm,
+            key_id=engine_config.verification_key_id,
+            scope=engine_config.verification_scope,
+        )
     try:
-        if engine_config.bundle is not None:
-            verification = None
-            if engine_config.verification_key is not None:
-                verification = VerificationKey(
-                    engine_config.verification_key,
-                    algorithm=engine_config.verification_algorithm,
-                    key_id=engine_config.verification_key_id,
-                    scope=engine_config.verification_scope,
-                )
+        if engine_config.bundle_url is not None:
+            key = "engine.bundle_url"
+            # Polling starts with the service (Components.open), not with its assembly.
+            engine = EmbeddedEngine.from_bundle_server(
+                engine_config.bundle_url,
+                verification=verification,
+                poll_interval_s=engine_config.poll_interval_s,
+                download_timeout_s=engine_config.download_timeout_s,
+                max_bundle_bytes=engine_config.max_bundle_bytes,
+                start=False,
+                timeout_s=engine_config.timeout_s,
+            )
+        elif engine_config.bundle is not None:
             engine = EmbeddedEngine.from_bundle(
                 engine_config.bundle, verification=verification, timeout_s=engine_config.timeout_s
             )

@@ -22,11 +22,13 @@ from typing import Any, Final
 
 from gateway.audit import FsyncPolicy
 from gateway.policy import DEFAULT_DECISION_PATH, DEFAULT_MAX_TTL, normalize_path
+from gateway.policy._bundle import DEFAULT_MAX_BUNDLE_BYTES  # not exported by gateway.policy
 from gateway.policy._rest import DEFAULT_REVISION_INTERVAL  # not exported by gateway.policy yet
-from gateway.policy._wasm import DEFAULT_TIMEOUT_S  # not exported by gateway.policy yet
+from gateway.policy._wasm import DEFAULT_POLL_INTERVAL_S, DEFAULT_TIMEOUT_S  # nor these yet
 from gateway.replay import ReplaySettings, SettingsError, ShadowSettings, parse_replay, parse_shadow
 from gateway.service._config_models import (
     DEFAULT_CACHE_ENTRIES,
+    DEFAULT_DOWNLOAD_TIMEOUT_S,
     DEFAULT_JWT_CLAIMS,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_SESSIONS_PER_CALLER,
@@ -90,6 +92,11 @@ class EngineConfig:
     kind: str = "embedded"
     #: The embedded engine's policy: a compiled bundle (file or directory) ...
     bundle: Path | None = None
+    #: ... or the bundle an OPA bundle server serves, followed as it changes ...
+    bundle_url: str | None = None
+    poll_interval_s: float = DEFAULT_POLL_INTERVAL_S
+    download_timeout_s: float = DEFAULT_DOWNLOAD_TIMEOUT_S
+    max_bundle_bytes: int = DEFAULT_MAX_BUNDLE_BYTES
     #: ... or a policy directory compiled at start by the ``opa`` binary.
     policies: Path | None = None
     #: The opa binary that compiles ``policies`` (default ``$OPA_BIN``, then ``PATH``).
@@ -286,6 +293,31 @@ def _verification(
     }
 
 
+def _embedded_sources(
+    bundle: Path | None,
+    policies: Path | None,
+    bundle_url: str | None,
+    *,
+    opa_binary: Path | None,
+    verified: bool,
+) -> None:
+    if sum(source is not None for source in (bundle, policies, bundle_url)) != 1:
+        raise ConfigError(
+            "engine.bundle: the embedded engine needs a compiled bundle (bundle), "
+            "a policy directory (policies) or a bundle server (bundle_url), exactly one"
+        )
+    if bundle_url is not None and not bundle_url.startswith(("http://", "https://")):
+        raise ConfigError("engine.bundle_url: must be an http(s):// URL")
+    if bundle is not None and not bundle.exists():
+        raise ConfigError(f"engine.bundle: {bundle} does not exist")
+    if policies is not None and not policies.is_dir():
+        raise ConfigError(f"engine.policies: {policies} is not a directory")
+    if policies is not None and verified:
+        raise ConfigError("engine.verification: verifies bundles, not policy directories")
+    if opa_binary is not None and policies is None:
+        raise ConfigError("engine.opa_binary: only compiles engine.policies")
+
+
 def _engine(table: EngineTable, given: Mapping[str, Any], base: Path) -> EngineConfig:
     kind = table.kind
     if kind not in _ENGINES:
@@ -295,22 +327,18 @@ def _engine(table: EngineTable, given: Mapping[str, Any], base: Path) -> EngineC
     opa_binary = _path(base, table.opa_binary)
     verification = _verification(table.verification, _subtable(given, "verification"), base)
     url = table.url
+    bundle_url = table.bundle_url
     if kind == "embedded":
-        if (bundle is None) == (policies is None):
-            raise ConfigError(
-                "engine.bundle: the embedded engine needs a compiled bundle (bundle) "
-                "or a policy directory (policies), exactly one"
-            )
-        if bundle is not None and not bundle.exists():
-            raise ConfigError(f"engine.bundle: {bundle} does not exist")
-        if policies is not None and not policies.is_dir():
-            raise ConfigError(f"engine.policies: {policies} is not a directory")
-        if policies is not None and verification:
-            raise ConfigError("engine.verification: verifies bundles, not policy directories")
-        if opa_binary is not None and policies is None:
-            raise ConfigError("engine.opa_binary: only compiles engine.policies")
+        _embedded_sources(
+            bundle, policies, bundle_url, opa_binary=opa_binary, verified=bool(verification)
+        )
     elif url is None or not url.startswith(("http://", "https://")):
         raise ConfigError("engine.url: required for the opa engine (http(s)://host:port)")
+    for name in ("poll_interval_s", "download_timeout_s", "max_bundle_bytes"):
+        if name in given and (kind != "embedded" or bundle_url is None):
+            raise ConfigError(f"engine.{name}: only for engine.bundle_url")
+    if table.max_bundle_bytes < 1:
+        raise ConfigError("engine.max_bundle_bytes: must be at least 1")
     try:
         normalize_path(table.decision_path)
     except ValueError:
@@ -321,6 +349,10 @@ def _engine(table: EngineTable, given: Mapping[str, Any], base: Path) -> EngineC
     return EngineConfig(
         kind=kind,
         bundle=bundle,
+        bundle_url=bundle_url,
+        poll_interval_s=_positive(table.poll_interval_s, "engine.poll_interval_s"),
+        download_timeout_s=_positive(table.download_timeout_s, "engine.download_timeout_s"),
+        max_bundle_bytes=table.max_bundle_bytes,
         policies=policies,
         opa_binary=opa_binary,
         **verification,

@@ -29,12 +29,15 @@ from gateway.policy import DEFAULT_DECISION_PATH, DEFAULT_MAX_TTL
 
 # The policy package exports neither engine's default deadline nor the REST engine's
 # revision interval yet; these are the values its constructors default to.
+from gateway.policy._bundle import DEFAULT_MAX_BUNDLE_BYTES
 from gateway.policy._rest import DEFAULT_REVISION_INTERVAL
-from gateway.policy._wasm import DEFAULT_TIMEOUT_S
+from gateway.policy._wasm import DEFAULT_POLL_INTERVAL_S, DEFAULT_TIMEOUT_S
 from gateway.replay._shadow import DEFAULT_BUDGET_S, DEFAULT_QUEUE_SIZE
 
 T = TypeVar("T")
 
+#: How long one download from a bundle server may take (``from_bundle_server``'s default).
+DEFAULT_DOWNLOAD_TIMEOUT_S: Final = 10.0
 #: The decision cache's default size (``DecisionCache(maxsize=...)``).
 DEFAULT_CACHE_ENTRIES: Final = 100_000
 #: The largest request body the HTTP surfaces accept by default.
@@ -222,7 +225,23 @@ class EngineTable:
     )
     bundle: str | None = key(
         "Embedded engine: a compiled bundle (a `.tar.gz` file or a folder). Exactly one of "
-        "`bundle` and `policies`."
+        "`bundle`, `policies` and `bundle_url`."
+    )
+    bundle_url: str | None = key(
+        "Embedded engine: an OPA bundle server's bundle URL (`http(s)://...`). The first "
+        "download must succeed and verify; the server is then polled, each new revision "
+        "verified, compiled and checked before it replaces the one in force (the last good "
+        "one is kept)."
+    )
+    poll_interval_s: float = key(
+        "`bundle_url`: seconds between polls of the bundle server.", DEFAULT_POLL_INTERVAL_S
+    )
+    download_timeout_s: float = key(
+        "`bundle_url`: the longest one download may take, in seconds.",
+        DEFAULT_DOWNLOAD_TIMEOUT_S,
+    )
+    max_bundle_bytes: int = key(
+        "`bundle_url`: the largest bundle accepted, in bytes.", DEFAULT_MAX_BUNDLE_BYTES
     )
     policies: str | None = key(
         "Embedded engine: a folder of Rego policies, compiled at start by the `opa` binary."
@@ -231,7 +250,8 @@ class EngineTable:
         "The `opa` binary that compiles `policies`.", shown="`$OPA_BIN`, then `PATH`"
     )
     verification: VerificationTable | None = key(
-        "Embedded engine: the signature `bundle` must carry (see `[engine.verification]`)."
+        "Embedded engine: the signature `bundle` (or every bundle from `bundle_url`) must "
+        "carry (see `[engine.verification]`)."
     )
     url: str | None = key(
         'OPA engine: the server\'s base URL (`http(s)://host:port`); required for `kind = "opa"`.'

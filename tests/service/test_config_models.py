@@ -190,6 +190,21 @@ LIBRARY_DEFAULTS: list[tuple[str, object, object]] = [
         _default_of(ShadowEvaluator, "workers"),
     ),
     ("shadow.timeout_s", _key_default(models.ShadowTable, "timeout_s"), DEFAULT_TIMEOUT_S),
+    (
+        "engine.poll_interval_s",
+        _key_default(models.EngineTable, "poll_interval_s"),
+        _default_of(EmbeddedEngine.from_bundle_server, "poll_interval_s"),
+    ),
+    (
+        "engine.download_timeout_s",
+        _key_default(models.EngineTable, "download_timeout_s"),
+        _default_of(EmbeddedEngine.from_bundle_server, "download_timeout_s"),
+    ),
+    (
+        "engine.max_bundle_bytes",
+        _key_default(models.EngineTable, "max_bundle_bytes"),
+        _default_of(EmbeddedEngine.from_bundle_server, "max_bundle_bytes"),
+    ),
 ]
 
 
@@ -555,3 +570,52 @@ def test_an_invalid_shadow_setting_is_a_config_error_naming_its_key(tmp_path: Pa
 
     with pytest.raises(ConfigError, match=r"^shadow\.policies: name exactly one candidate"):
         parse_config(data, base=tmp_path)
+
+
+def _following(tmp_path: Path, **engine: object) -> Data:
+    data = _minimal(tmp_path)
+    data["engine"] = {"kind": "embedded", "bundle_url": "http://127.0.0.1:1/b.tar.gz", **engine}
+    return data
+
+
+def test_the_embedded_engine_may_follow_a_bundle_server(tmp_path: Path) -> None:
+    config = parse_config(_following(tmp_path, poll_interval_s=0.5), base=tmp_path)
+
+    assert config.engine.bundle_url == "http://127.0.0.1:1/b.tar.gz"
+    assert (config.engine.bundle, config.engine.policies) == (None, None)
+    assert config.engine.poll_interval_s == 0.5
+    assert config.engine.max_bundle_bytes == _key_default(models.EngineTable, "max_bundle_bytes")
+
+
+BUNDLE_SERVER_ERRORS: list[tuple[str, Callable[[Path], Data], str]] = [
+    (
+        "with policies too",
+        lambda tmp: _following(tmp, policies=str(POLICIES)),
+        "engine.bundle: ",
+    ),
+    ("not http", lambda tmp: _following(tmp, bundle_url="file:///b.tar.gz"), "engine.bundle_url: "),
+    ("interval zero", lambda tmp: _following(tmp, poll_interval_s=0), "engine.poll_interval_s: "),
+    (
+        "download timeout negative",
+        lambda tmp: _following(tmp, download_timeout_s=-1),
+        "engine.download_timeout_s: ",
+    ),
+    ("size zero", lambda tmp: _following(tmp, max_bundle_bytes=0), "engine.max_bundle_bytes: "),
+    (
+        "polling without a bundle server",
+        lambda tmp: {**_minimal(tmp), "engine": {"policies": str(POLICIES), "poll_interval_s": 1}},
+        "engine.poll_interval_s: only for engine.bundle_url",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "make", "prefix"), BUNDLE_SERVER_ERRORS, ids=[row[0] for row in BUNDLE_SERVER_ERRORS]
+)
+def test_an_invalid_bundle_server_setting_names_its_key(
+    tmp_path: Path, case: str, make: Callable[[Path], Data], prefix: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(make(tmp_path), base=tmp_path)
+
+    assert str(caught.value).startswith(prefix), (case, str(caught.value))
