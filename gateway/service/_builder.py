@@ -33,6 +33,7 @@ from gateway.policy import (
     VerificationKey,
     normalize_path,
 )
+from gateway.replay import Assembly, SettingsError, assemble
 from gateway.service._auth import Authenticator
 from gateway.service._config import ConfigError, EngineConfig, GatewayConfig, import_tools
 from gateway.service._metrics import GatewayMetrics
@@ -51,10 +52,13 @@ class Components:
     trail: AuditTrail | None
     metrics: GatewayMetrics
     authenticator: Authenticator
+    #: The replay capture and shadow evaluation (``[replay]``, ``[shadow]``), when either is on.
+    replay: Assembly | None = None
 
     def gateway(self, tools: Iterable[Tool | Registry]) -> Gateway:
         """A call pipeline serving ``tools`` behind this authorizer, audit trail and metrics."""
-        return Gateway(tools, authorizer=self.authorizer, audit=self.trail, metrics=self.metrics)
+        authorizer = self.replay.authorizer if self.replay is not None else self.authorizer
+        return Gateway(tools, authorizer=authorizer, audit=self.trail, metrics=self.metrics)
 
     async def open(self) -> None:
         """Open the engine when it is an OPA server; start following ``engine.bundle_url``."""
@@ -62,10 +66,14 @@ class Components:
             await self.engine.open()
         elif isinstance(self.engine, EmbeddedEngine) and self.config.engine.bundle_url:
             self.engine.start_polling()
+        if self.replay is not None:
+            await self.replay.open()
 
     async def close(self) -> None:
         """Close the engine when it is an OPA server, then the audit sink."""
         try:
+            if self.replay is not None:
+                await self.replay.close()  # before the sink: its last shadow records go there
             if isinstance(self.engine, OpaRestEngine):
                 await self.engine.close()
             elif isinstance(self.engine, EmbeddedEngine) and self.config.engine.bundle_url:
@@ -172,8 +180,8 @@ def build_components(config: GatewayConfig) -> Components:
     """Assemble engine, decision cache, authorizer, audit trail, metrics and authenticator.
 
     Raises:
-        ConfigError: the engine's policies do not load, or the audit trail cannot be opened
-            (named by its key).
+        ConfigError: the engine's policies do not load, the audit trail cannot be opened, or
+            the replay capture or the shadow candidate cannot be built (named by its key).
     """
     engine = build_engine(config)
     cache = (
@@ -185,11 +193,13 @@ def build_components(config: GatewayConfig) -> Components:
         if config.cache.enabled
         else None
     )
+    path_view = build_path_view(config)
     authorizer = PolicyAuthorizer(
-        engine, path=config.engine.decision_path, cache=cache, path_view=build_path_view(config)
+        engine, path=config.engine.decision_path, cache=cache, path_view=path_view
     )
     sink: JsonlFileSink | None = None
     trail: AuditTrail | None = None
+    replay: Assembly | None = None
     if config.audit.enabled:
         assert config.audit.path is not None  # noqa: S101 - validated by the config
         try:
@@ -205,13 +215,19 @@ def build_components(config: GatewayConfig) -> Components:
             raise ConfigError(
                 f"audit.path: cannot open {config.audit.path}: {exc.strerror or exc}"
             ) from None
+        replay = _assemble_replay(config, authorizer, sink, path_view)
         masker = Masker(
             keys=DEFAULT_MASKED_KEYS | set(config.audit.mask_keys),
             patterns=DEFAULT_NAME_PATTERNS + config.audit.mask_patterns,
             values=DEFAULT_VALUE_PATTERNS + config.audit.mask_values,
             pointers=config.audit.mask_pointers,
         )
-        trail = AuditTrail(sink, masker=masker)
+        trail = AuditTrail(replay.sink if replay is not None else sink, masker=masker)
+    else:
+        replay = _assemble_replay(config, authorizer, None, path_view)  # refuses without one
+    metrics = GatewayMetrics(cache)
+    if replay is not None:
+        metrics.registry.register(replay.collector)
     return Components(
         config=config,
         engine=engine,
@@ -219,6 +235,31 @@ def build_components(config: GatewayConfig) -> Components:
         authorizer=authorizer,
         sink=sink,
         trail=trail,
-        metrics=GatewayMetrics(cache),
+        metrics=metrics,
         authenticator=Authenticator(config.auth),
+        replay=replay,
     )
+
+
+def _assemble_replay(
+    config: GatewayConfig,
+    authorizer: PolicyAuthorizer,
+    sink: JsonlFileSink | None,
+    path_view: PathView | None,
+) -> Assembly | None:
+    # The capture and the shadow candidate ([replay], [shadow]); on failure nothing built
+    # so far may outlive the error (the engine's tick thread, the open trail).
+    try:
+        return assemble(
+            authorizer, sink, replay=config.replay, shadow=config.shadow, path_view=path_view
+        )
+    except (SettingsError, OSError) as exc:
+        if isinstance(authorizer.engine, EmbeddedEngine):
+            authorizer.engine.close()
+        if sink is not None:
+            sink.close()
+        if isinstance(exc, OSError):
+            raise ConfigError(
+                f"replay.capture_dir: cannot open it: {exc.strerror or exc}"
+            ) from None
+        raise ConfigError(str(exc)) from None
