@@ -79,6 +79,10 @@ class Peers:
         return [str(self.root / "py" / "bin" / "mcp-server-time"), "--local-timezone", "UTC"]
 
     @property
+    def fetch(self) -> list[str]:
+        return [str(self.root / "py" / "bin" / "mcp-server-fetch")]
+
+    @property
     def inspector(self) -> list[str]:
         launcher = self.package("inspector") / "clients" / "launcher" / "build" / "index.js"
         return [str(self.node), str(launcher), "--cli"]
@@ -97,6 +101,7 @@ def peers() -> Peers:
             peers.package("server-everything"),
             peers.package("server-filesystem"),
             Path(peers.time[0]),
+            Path(peers.fetch[0]),
         )
         if not path.exists()
     ]
@@ -177,6 +182,7 @@ def upstream_command(peers: Peers, upstreams: Upstreams, name: str) -> list[str]
         "everything": peers.everything,
         "fs": peers.filesystem(upstreams.folder),
         "time": peers.time,
+        "fetch": peers.fetch,
     }[name]
     record = upstreams.records.setdefault(name, upstreams.folder.parent / f"{name}.wire.jsonl")
     return [sys.executable, str(TAP), str(record), "--", *real]
@@ -188,6 +194,7 @@ def direct_command(peers: Peers, upstreams: Upstreams, name: str) -> list[str]:
         "everything": peers.everything,
         "fs": peers.filesystem(upstreams.folder),
         "time": peers.time,
+        "fetch": peers.fetch,
     }[name]
 
 
@@ -195,7 +202,7 @@ def write_gateway_config(
     tmp_path: Path,
     peers: Peers,
     upstreams: Upstreams,
-    names: tuple[str, ...] = ("everything", "fs", "time"),
+    names: tuple[str, ...] = ("everything", "fs", "time", "fetch"),
     *,
     recorded: bool = True,
     audit: tuple[str, ...] = (),

@@ -64,6 +64,8 @@ ALLOWED: dict[str, list[Call]] = {
             {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"},
         ),
     ],
+    # Listed only: its one tool is not granted (and would need the network).
+    "fetch": [],
 }
 
 
@@ -114,6 +116,10 @@ def _refused(folder: Path) -> list[Refused]:
             Call("get-sum", {"a": "two", "b": 3}),
             frozenset({"invalid_arguments"}),
             lambda call: call.get("name") == "get-sum" and call["arguments"].get("a") == "two",
+        ),
+        # mcp-server-fetch's tool: no settings in the policy data, so refused.
+        Refused(
+            Call("fetch", {"url": "http://127.0.0.1:9/"}), frozenset({"denied"}), named("fetch")
         ),
         # A tool no upstream serves.
         Refused(Call("no-such-tool", {}), frozenset({"unknown_tool"}), named("no-such-tool")),
