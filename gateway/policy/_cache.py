@@ -31,7 +31,7 @@ Clock = Callable[[], float]
 DecisionFunction = Callable[[InputDocument], Awaitable[Decision | bool]]
 CacheKey = tuple[str, str, str, str]
 
-DEFAULT_MAX_TTL: Final = 60.0
+DEFAULT_MAX_TTL: Final = 30.0
 
 
 class CoalescedEvaluationError(PolicyError):
