@@ -13,7 +13,8 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from gateway import Decision
+from gateway import Decision, MalformedDecisionError
+from gateway._authorization import read_answer
 from gateway.policy import (
     EmbeddedEngine,
     InputDocument,
@@ -101,11 +102,11 @@ def of_result(result: object) -> Outcome:
 
     Anything but a bool or a well-formed Decision is no decision.
     """
-    if result is True or result is False:
-        return Outcome("allow") if result else Outcome("deny", "denied")
-    if isinstance(result, Decision) and result.well_formed():
-        return of_decision(result)
-    return Outcome("error", "malformed_decision")
+    try:
+        decision = read_answer(result)
+    except MalformedDecisionError:
+        return Outcome("error", "malformed_decision")
+    return of_decision(decision)
 
 
 def change(recorded: Outcome, candidate: Outcome) -> str | None:

@@ -19,6 +19,7 @@ The request id lives in the scope, never in the caller context: the policy never
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import dataclasses
 import logging
@@ -27,7 +28,13 @@ import traceback
 from collections.abc import Iterable
 from typing import Final
 
-from gateway._authorization import Authorization, AuthorizationError, Authorizer, Decision
+from gateway._authorization import (
+    Authorization,
+    AuthorizationError,
+    Authorizer,
+    Decision,
+    read_answer,
+)
 from gateway._call import ToolCall
 from gateway._contract import (
     DEFAULT_LIMITS,
@@ -38,7 +45,7 @@ from gateway._contract import (
     Tool,
 )
 from gateway._definition import ToolDefinition
-from gateway._errors import InvalidInvocationError
+from gateway._errors import InvalidInvocationError, MalformedDecisionError
 from gateway._failure import Failure
 from gateway._guard import Guard
 from gateway._output import ToolOutput
@@ -142,10 +149,9 @@ class _DecisionStep:
         else:
             answer = await self._policy.authorize(authorization)
         if scope is not None:
-            if answer is True or answer is False:
-                scope.decision = Decision(allowed=answer)
-            elif isinstance(answer, Decision) and answer.well_formed():
-                scope.decision = answer
+            # A malformed answer keeps no decision here: the Guard refuses it itself.
+            with contextlib.suppress(MalformedDecisionError):
+                scope.decision = read_answer(answer)
         return answer
 
 
