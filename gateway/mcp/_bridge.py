@@ -1,9 +1,11 @@
 """What the MCP front offers beyond tools: notifications, logging, resources and prompts.
 
 - ``notifications/tools/list_changed`` (``listChanged: true``): sent to every connected client
-  whenever the set of served tools changes (an upstream's own list_changed, an upstream coming
-  up after a retry, a reconnection listing a different set); resources and prompts list
-  changes of upstreams are passed on the same way.
+  whenever the set of served tools changes (an upstream's own list_changed, which a
+  2026-07-28 upstream sends on the ``subscriptions/listen`` stream the gateway keeps open; an
+  upstream coming up after a retry; a reconnection listing a different set); resources and
+  prompts list changes of upstreams are passed on the same way. The tool list does not depend
+  on the policy, so a policy revision changes nothing to announce.
 - ``logging/setLevel``: remembered per client connection and forwarded to the upstreams that
   log (before 2026-07-28; since then the level travels with each request); upstream log
   messages reach only the client request they belong to (see :mod:`gateway.mcp._relay`).

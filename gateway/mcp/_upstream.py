@@ -487,6 +487,28 @@ class Upstream:
             if self.on_notice is not None:
                 self.on_notice(self, message)
 
+    async def _listen(self, client: Client) -> None:
+        # Since 2026-07-28 list changes come only on a subscriptions/listen stream; each
+        # event on it also reaches _on_message as the notification it stands for.
+        if client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            return
+        capabilities = client.server_capabilities
+        tools = bool(capabilities.tools and capabilities.tools.list_changed)
+        prompts = bool(capabilities.prompts and capabilities.prompts.list_changed)
+        resources = bool(capabilities.resources and capabilities.resources.list_changed)
+        if not (tools or prompts or resources):
+            return
+        try:
+            async with client.listen(
+                tools_list_changed=tools,
+                prompts_list_changed=prompts,
+                resources_list_changed=resources,
+            ) as subscription:
+                async for _ in subscription:
+                    pass
+        except Exception as exc:  # noqa: BLE001 - the session goes on without change notices
+            _LOG.info("upstream %s: subscriptions/listen ended: %s", self.name, _describe(exc))
+
     def _spawn(self, work: Awaitable[None]) -> None:
         async def run() -> None:
             await work
@@ -756,7 +778,10 @@ class Upstream:
             )
             async with client:
                 connection.ready.set_result(client)
-                await connection.stop.wait()
+                async with anyio.create_task_group() as group:
+                    group.start_soon(self._listen, client)
+                    await connection.stop.wait()
+                    group.cancel_scope.cancel()
         except Exception as exc:  # noqa: BLE001 - reported to the waiter, or logged
             if not connection.ready.done():
                 connection.ready.set_exception(exc)

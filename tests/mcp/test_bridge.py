@@ -316,11 +316,12 @@ async def test_sampling_with_tools_is_asked_only_of_a_client_that_offered_sampli
 # -- item 4: tools/list_changed --------------------------------------------------------
 
 
+@ERAS
 async def test_the_gateway_relists_on_the_upstreams_notice_and_tells_its_clients(
-    write_config: ConfigWriter, relay: None, allow_all: Path
+    write_config: ConfigWriter, relay: None, allow_all: Path, era: str
 ) -> None:
     config = write_config(
-        stdio_context=None, era="legacy", policies=allow_all, decision_path="relay/decision"
+        stdio_context=None, era=era, policies=allow_all, decision_path="relay/decision"
     )
     first, second = Inbox(), Inbox()
     async with (

@@ -43,6 +43,7 @@ from mcp import MCPError
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared.message import ServerMessageMetadata, SessionMessage
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -326,6 +327,7 @@ def build_server(record: Path, variant: Path | None = None) -> Server[Any]:
 
     server: Server[Any] = Server(
         "test-upstream",
+        on_subscriptions_listen=ListenHandler(_BUS),
         on_list_tools=list_tools,
         on_call_tool=call_tool,
         on_list_resources=list_resources,
@@ -338,6 +340,10 @@ def build_server(record: Path, variant: Path | None = None) -> Server[Any]:
     )
     server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, set_level)
     return server
+
+
+#: The upstream's change events (2026-07-28: delivered on subscriptions/listen streams).
+_BUS = InMemorySubscriptionBus()
 
 
 def _text_result(text: str, *, error: bool = False) -> types.CallToolResult:
@@ -377,7 +383,7 @@ def _answered(name: str, answer: Any) -> types.CallToolResult:
     return _text_result(f"{name} answered: {dumped}")
 
 
-async def _relay_tool(  # noqa: PLR0911 - one answer per tool
+async def _relay_tool(  # noqa: PLR0911, PLR0912 - one answer per tool
     ctx: ServerRequestContext[Any, Any],
     params: types.CallToolRequestParams,
     record: Path,
@@ -398,7 +404,10 @@ async def _relay_tool(  # noqa: PLR0911 - one answer per tool
     if name == "change_tools":
         assert variant is not None
         _write_variant(variant, "v2 relay")
-        await ctx.session.send_tool_list_changed()
+        if modern:
+            await _BUS.publish(ToolsListChanged())  # on the client's subscriptions/listen
+        else:
+            await ctx.session.send_tool_list_changed()
         return _text_result("changed")
     if name == "touch":
         await ctx.session.send_resource_updated(str((params.arguments or {}).get("uri")))
