@@ -70,6 +70,7 @@ PUBLISHED_KEYS: Final = (
     "demo-key-bob",
     "demo-key-carol",
     "demo-key-mallory",
+    "demo-key-wendy",
     "reliability-key-alice",
     "reliability-key-bob",
     "reliability-key-carol",
