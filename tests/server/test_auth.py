@@ -340,4 +340,3 @@ def test_claims_that_are_no_valid_context_are_refused(hs256: Authenticator) -> N
     signature = b64url(hmac.new(SECRET.encode(), f"{header}.{body}".encode(), "sha256").digest())
     failure = refused(hs256, {"authorization": f"Bearer {header}.{body}.{signature}"})
     assert failure.code == "unauthenticated"
-
