@@ -52,7 +52,8 @@ test: $(STAMP)
 # socket); properties run on fewer examples. make check runs everything.
 .PHONY: test-fast
 test-fast: $(STAMP)
-	GATEWAY_FAST_SUITE=1 $(BIN)/python -m pytest -m "not integration and not slow" -q -p no:cacheprovider
+	env -u PYTHONDONTWRITEBYTECODE GATEWAY_FAST_SUITE=1 \
+	$(BIN)/python -m pytest -m "not integration and not slow" -q -p no:cacheprovider
 
 check: lint typecheck policy-test test
 

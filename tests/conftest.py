@@ -120,6 +120,13 @@ SLOW_TESTS: Final = frozenset(
         "policy/test_sql_facts.py::test_sql_facts_never_raise_on_sql_like_text",
         "test_schema.py::test_compile_refuses_a_document_whose_normalized_form_exceeds_one_"
         "mebibyte",
+        "service/test_config_models.py::test_the_loader_refuses_any_generated_document_with_a_"
+        "config_error_only",
+        "service/test_config_models.py::test_any_value_at_any_key_of_a_valid_config_loads_or_is_"
+        "a_config_error",
+        "test_contract.py::test_property_a_schema_refusal_never_quotes_an_argument_value_or_"
+        "member_name",
+        "test_architecture.py::test_every_layer_imports_only_the_layers_its_rules_allow",
     }
 )
 
