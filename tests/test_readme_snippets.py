@@ -1,0 +1,102 @@
+"""Every Python snippet of the README and of policies/README.md runs as written.
+
+A document's snippets are one program read top to bottom, as a reader types them into one
+file: each block may use the names an earlier block of the same document defined. The
+program runs as a plain script (no top-level ``await``) in a fresh interpreter, in a folder
+that shows the repository's files as its root does, and must exit 0 with nothing on stderr. A block that shows a fragment on
+purpose says so in its first line (``# fragment``) and is compiled, not run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCUMENTS = ("README.md",)
+REPOSITORY_FILES = ("bundles", "policies", "examples")
+_BLOCK = re.compile(r"^(?P<indent>[ ]*)```python\n(?P<body>.*?)^(?P=indent)```", re.M | re.S)
+
+pytestmark = pytest.mark.integration
+
+
+def snippets(document: str) -> list[tuple[int, str]]:
+    """The Python blocks of ``document``: (line number, dedented code)."""
+    text = (ROOT / document).read_text(encoding="utf-8")
+    found = []
+    for match in _BLOCK.finditer(text):
+        indent = len(match.group("indent"))
+        body = "".join(line[indent:] for line in match.group("body").splitlines(True))
+        found.append((text.count("\n", 0, match.start()) + 2, body))
+    return found
+
+
+def program(document: str) -> str:
+    parts = []
+    for line, code in snippets(document):
+        if code.startswith("# fragment"):
+            compile(code, f"{document}:{line}", "exec")
+            continue
+        # Each block is compiled alone first, so a block that is not valid on its own
+        # (an await at module level, a syntax error) fails naming its own line.
+        compile(code, f"{document}:{line}", "exec")
+        parts.append(f"# --- {document}:{line}\n{code}")
+    return "\n".join(parts)
+
+
+def test_every_document_with_python_snippets_is_checked() -> None:
+    with_snippets = {
+        path.relative_to(ROOT).as_posix()
+        for path in [*ROOT.glob("*.md"), *ROOT.glob("policies/*.md"), *ROOT.glob("docs/*.md")]
+        if snippets(path.relative_to(ROOT).as_posix())
+    }
+    assert with_snippets <= set(DOCUMENTS)
+
+
+@pytest.mark.parametrize("document", DOCUMENTS)
+def test_the_python_snippets_of_a_document_run_as_written(document: str) -> None:
+    code = program(document)
+    if not code:
+        pytest.fail(f"{document} has no Python snippet to run")
+    with tempfile.TemporaryDirectory() as scratch:
+        # The snippets name the repository's files as seen from its root; what they write
+        # (an audit trail) goes to a scratch folder that shows those files.
+        for name in REPOSITORY_FILES:
+            (Path(scratch) / name).symlink_to(ROOT / name)
+        script = Path(scratch) / "snippets.py"
+        script.write_text(code, encoding="utf-8")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+        result = subprocess.run(
+            [sys.executable, str(script)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            cwd=scratch,
+            env=env,
+        )
+    assert (result.returncode, result.stderr) == (0, ""), result.stderr[-3000:]
+    assert result.stdout.splitlines() == promised_output(document)
+
+
+def promised_output(document: str) -> list[str]:
+    """What the snippets say they print: the comment after each ``print(...)`` line."""
+    promised = []
+    for _, code in snippets(document):
+        if code.startswith("# fragment"):
+            continue
+        for line in code.splitlines():
+            stripped = line.strip()
+            if stripped.startswith("print(") and "  # " in stripped:
+                promised.append(stripped.split("  # ", 1)[1])
+    return promised
+
+
+def test_the_readme_snippets_promise_output_for_the_check_to_compare() -> None:
+    assert len(promised_output("README.md")) >= 5
