@@ -41,10 +41,12 @@ policy-test:
 bundle:
 	OPA_BIN="$$(scripts/provision-opa)" && scripts/build-bundle "$$OPA_BIN"
 
-# scripts/provision-mcp installs the real MCP clients and servers of tests/mcp/real (pinned
-# by tests/mcp/real/package-lock.json and requirements.lock); it fails the run if it cannot.
+# scripts/provision-redis installs Debian's redis-server for the Redis state backend's tests, and
+# scripts/provision-mcp the real MCP clients and servers of tests/mcp/real (pinned by
+# tests/mcp/real/package-lock.json and requirements.lock); either fails the run if it cannot.
 test: $(STAMP)
 	OPA_BIN="$$(scripts/provision-opa)" && export OPA_BIN && \
+	REDIS_BIN="$$(scripts/provision-redis)" && export REDIS_BIN && \
 	MCP_PEERS="$$(scripts/provision-mcp)" && export MCP_PEERS && $(BIN)/python -m pytest
 
 # The fast unit suite: no opa, no child process, no live server (tests/conftest.py marks the
@@ -65,6 +67,7 @@ config-reference: $(STAMP)
 
 bench: $(STAMP)
 	OPA_BIN="$$(scripts/provision-opa)" && export OPA_BIN && \
+	REDIS_BIN="$$(scripts/provision-redis)" && export REDIS_BIN && \
 	$(BIN)/python -m benchmarks --json benchmarks/results.json --markdown BENCHMARKS.md
 
 # The HTTP service as shipped (gateway serve) under wrk, which is installed when missing.
