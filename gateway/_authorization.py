@@ -34,6 +34,12 @@ class Decision:
     Only ``allowed is True`` permits. ``message`` is the only part a caller ever sees;
     ``reasons`` are for the audit trail. ``cache_ttl`` is how long (seconds) the policy lets
     this decision be reused (``None``: unspecified, ``0``: never).
+
+    ``labels`` are what the policy attaches to the session when this call runs (allowed and
+    executed), e.g. ``reads_secret``; later decisions of the session see them. ``quotas``
+    are ``(scope, window_s, limit)`` triples the gateway reserves atomically before the call
+    runs: an allowed call runs only if each named counter is still below its limit (see
+    :mod:`gateway.state`). Without a state store both are inert.
     """
 
     allowed: bool
@@ -44,6 +50,8 @@ class Decision:
     cache_ttl: float | None = None
     cached: bool = False
     engine: str | None = None
+    labels: tuple[str, ...] = field(default=())
+    quotas: tuple[tuple[str, int, int], ...] = field(default=())
     # Computed once: the Guard asks on every call, and a Decision never changes.
     _well_formed: bool = field(default=False, init=False, repr=False, compare=False)
 
@@ -72,7 +80,25 @@ class Decision:
             )
             and isinstance(self.cached, bool)
             and (self.engine is None or isinstance(self.engine, str))
+            and isinstance(self.labels, tuple)
+            and all(isinstance(label, str) for label in self.labels)
+            and isinstance(self.quotas, tuple)
+            and all(_quota_ok(quota) for quota in self.quotas)
         )
+
+
+def _quota_ok(quota: object) -> bool:
+    # (scope, window_s, limit): a text scope, a positive window, a non-negative limit.
+    if not isinstance(quota, tuple) or len(quota) != 3:
+        return False
+    scope, window, limit = quota
+    return (
+        isinstance(scope, str)
+        and type(window) is int
+        and window > 0
+        and type(limit) is int
+        and limit >= 0
+    )
 
 
 @runtime_checkable
