@@ -3,8 +3,10 @@
 A document's snippets are one program read top to bottom, as a reader types them into one
 file: each block may use the names an earlier block of the same document defined. The
 program runs as a plain script (no top-level ``await``) in a fresh interpreter, in a folder
-that shows the repository's files as its root does, and must exit 0 with nothing on stderr. A block that shows a fragment on
-purpose says so in its first line (``# fragment``) and is compiled, not run.
+that shows the repository's files as its root does, and must exit 0 with nothing on stderr
+and print what the comments after its ``print`` calls say. A block that shows a fragment
+on purpose says so in its first line (``# fragment``) and is compiled, not run. JSON, TOML
+and Rego blocks of the documents must parse.
 """
 
 from __future__ import annotations
@@ -14,9 +16,13 @@ import re
 import subprocess
 import sys
 import tempfile
+import tomllib
 from pathlib import Path
 
 import pytest
+
+from gateway import _json as strict_json
+from gateway.testing import find_opa_binary
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = ("README.md",)
@@ -100,3 +106,62 @@ def promised_output(document: str) -> list[str]:
 
 def test_the_readme_snippets_promise_output_for_the_check_to_compare() -> None:
     assert len(promised_output("README.md")) >= 5
+
+
+# -- the other languages of the documents ---------------------------------------------------
+
+LANGUAGE_DOCUMENTS = ("README.md", "policies/README.md", "REPLAY.md", "docs/configuration.md")
+
+
+def blocks(document: str, language: str) -> list[tuple[int, str]]:
+    text = (ROOT / document).read_text(encoding="utf-8")
+    pattern = re.compile(
+        rf"^(?P<indent>[ ]*)```{language}\n(?P<body>.*?)^(?P=indent)```", re.M | re.S
+    )
+    found = []
+    for match in pattern.finditer(text):
+        indent = len(match.group("indent"))
+        body = "".join(line[indent:] for line in match.group("body").splitlines(True))
+        found.append((text.count("\n", 0, match.start()) + 2, body))
+    return found
+
+
+@pytest.mark.parametrize("document", LANGUAGE_DOCUMENTS)
+def test_every_json_block_of_a_document_is_strict_json(document: str) -> None:
+    # A block that shows members of an object ("name": value, ...) is read inside braces.
+    for line, body in blocks(document, "json"):
+        try:
+            strict_json.parse(body.encode())
+        except strict_json.StrictJSONError as exc:
+            if not body.lstrip().startswith('"'):
+                pytest.fail(f"{document}:{line}: {exc}")
+            try:
+                strict_json.parse(b"{" + body.encode() + b"}")
+            except strict_json.StrictJSONError as exc:
+                pytest.fail(f"{document}:{line}: {exc}")
+
+
+@pytest.mark.parametrize("document", LANGUAGE_DOCUMENTS)
+def test_every_toml_block_of_a_document_parses(document: str) -> None:
+    for line, body in blocks(document, "toml"):
+        try:
+            tomllib.loads(body)
+        except tomllib.TOMLDecodeError as exc:
+            pytest.fail(f"{document}:{line}: {exc}")
+
+
+@pytest.mark.parametrize("document", LANGUAGE_DOCUMENTS)
+def test_every_rego_block_of_a_document_parses_with_opa(document: str) -> None:
+    opa = find_opa_binary()
+    for line, body in blocks(document, "rego"):
+        with tempfile.TemporaryDirectory() as scratch:
+            module = Path(scratch) / "snippet.rego"
+            module.write_text(body, encoding="utf-8")
+            result = subprocess.run(
+                [opa, "parse", str(module)],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+        assert result.returncode == 0, f"{document}:{line}: {result.stderr[-2000:]}"
