@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, runtime_checkable
 
@@ -9,7 +11,7 @@ from gateway._authorization import Decision
 from gateway.policy._cache import CachingAuthorizer, DecisionCache
 from gateway.policy._decision import read_decision
 from gateway.policy._document import InputDocument
-from gateway.policy._errors import UndefinedDecisionError
+from gateway.policy._errors import EngineError, PolicyError, UndefinedDecisionError
 from gateway.policy._paths import PathView
 
 #: Where the shipped policies put their decision.
@@ -69,6 +71,75 @@ class ReuseLimitedEngine(Protocol):
     def max_decision_age(self) -> float:
         """The longest one decision may be reused, in seconds (0: never)."""
         ...
+
+
+class EngineInput(Protocol):
+    """An input document an engine can evaluate: its JSON bytes (``{"input": ...}``'s value).
+
+    :class:`InputDocument` is one (a tool call); a visibility document is another.
+    """
+
+    def to_json(self) -> bytes:
+        """The document as JSON bytes."""
+        ...
+
+
+#: One item's outcome in a batch: its answer, or why that item has none.
+ItemAnswer = EngineAnswer | PolicyError
+
+
+@runtime_checkable
+class BatchEngine(Protocol):
+    """An engine that evaluates several input documents in one round trip.
+
+    ``evaluate_many`` returns one entry per document, in order: the item's
+    :class:`EngineAnswer`, or the :class:`PolicyError` that left that item undecided (one
+    failing item never fails the others). It raises a :class:`PolicyError` only when the
+    round trip itself fails (then no item is decided).
+    """
+
+    async def evaluate_many(self, path: str, documents: Sequence[EngineInput]) -> list[ItemAnswer]:
+        """Evaluate ``path`` over every document in one round trip."""
+        ...
+
+
+async def evaluate_many(
+    engine: PolicyEngine, path: str, documents: Sequence[EngineInput]
+) -> list[ItemAnswer]:
+    """Several decisions of ``path`` at once, fail closed per item.
+
+    An engine with its own ``evaluate_many`` (:class:`BatchEngine`: OPA over REST, the
+    embedded engine) answers in one round trip; any other engine is asked once per
+    document, concurrently. Every entry is an :class:`EngineAnswer` or the
+    :class:`PolicyError` of that item; an answer list of the wrong length, or any
+    exception other than a :class:`PolicyError` or a cancellation, leaves the items it
+    concerns undecided (``engine_error``).
+
+    Raises:
+        PolicyError: the round trip itself failed (no item is decided).
+    """
+    if not documents:
+        return []
+    if isinstance(engine, BatchEngine):
+        answers = await engine.evaluate_many(path, documents)
+        if not isinstance(answers, list) or len(answers) != len(documents):
+            raise EngineError("the engine answered a batch with the wrong number of items")
+        return [_item(answer) for answer in answers]
+    results = await asyncio.gather(
+        *(engine.evaluate(path, document) for document in documents),  # type: ignore[arg-type]
+        return_exceptions=True,
+    )
+    for result in results:
+        if isinstance(result, asyncio.CancelledError):
+            raise result
+    return [_item(result) for result in results]
+
+
+def _item(result: object) -> ItemAnswer:
+    if isinstance(result, EngineAnswer | PolicyError):
+        return result
+    # Sealed: what went wrong stays out of the item (its type name only, for logs).
+    return EngineError("the engine failed on this item", detail=type(result).__name__)
 
 
 def normalize_path(path: str) -> str:

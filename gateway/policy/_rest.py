@@ -24,7 +24,7 @@ import hashlib
 import json
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final
 
 import aiohttp
@@ -34,7 +34,7 @@ import requests.adapters
 from gateway import _json
 from gateway.policy._decision import normalize
 from gateway.policy._document import InputDocument
-from gateway.policy._engine import EngineAnswer
+from gateway.policy._engine import EngineAnswer, EngineInput, ItemAnswer
 from gateway.policy._errors import (
     EngineError,
     EngineTimeoutError,
@@ -71,6 +71,63 @@ def _auth_headers(token: str | None) -> dict[str, str]:
 def request_body(document: InputDocument) -> bytes:
     """``{"input": <document>}`` as bytes, numbers exact."""
     return b'{"input":' + document.to_json() + b"}"
+
+
+def batch_query(path: str) -> str:
+    """The ad-hoc query that evaluates ``path`` once per member of ``input.batch``.
+
+    Its text depends on the (normalized, slash-separated) decision path alone, never on
+    any document: the documents travel as the query's input, so nothing a caller sent can
+    change what is evaluated. Each member of ``input.batch`` is the whole ``input`` of one
+    evaluation (``with input as``); the result ``r`` maps each index to ``[]`` (undefined)
+    or ``[value]``. The path's parts are quoted as JSON strings (``data["gateway"]...``),
+    so a part that is a Rego keyword is still only a name.
+    """
+    reference = "data" + "".join(f"[{json.dumps(part)}]" for part in path.split("/"))
+    return f"r := {{i: [v | v := {reference} with input as b] | some i, b in input.batch}}"
+
+
+def batch_body(path: str, documents: Sequence[EngineInput]) -> bytes:
+    """``{"query": <batch_query>, "input": {"batch": [<documents>]}}`` as bytes."""
+    return b"".join(
+        (
+            b'{"input":{"batch":[',
+            b",".join(document.to_json() for document in documents),
+            b']},"query":',
+            json.dumps(batch_query(path)).encode(),
+            b"}",
+        )
+    )
+
+
+def read_batch_response(status: int, body: bytes, *, count: int, revision: str) -> list[ItemAnswer]:
+    """Read OPA's answer to a batch query: one entry per document, in order.
+
+    Raises:
+        EngineError: a non-200 status (an evaluation error in any item fails the whole
+            query in OPA), or a body that is not the query's one result.
+    """
+    document = _parse_answer(body)
+    if status != 200:
+        code = document.get("code") if isinstance(document, dict) else None
+        raise EngineError(f"OPA answered HTTP {status}", detail=f"{status} {code}"[:_MAX_DETAIL])
+    results = document.get("result") if isinstance(document, dict) else None
+    bindings = results[0] if isinstance(results, list) and len(results) == 1 else None
+    items = bindings.get("r") if isinstance(bindings, dict) else None
+    if not isinstance(items, dict):
+        raise EngineError("OPA answered a batch query without its result")
+    answers: list[ItemAnswer] = []
+    for index in range(count):
+        values = items.get(str(index))
+        if values == []:
+            answers.append(EngineAnswer(defined=False, revision=revision))
+        elif isinstance(values, list) and len(values) == 1:
+            answers.append(
+                EngineAnswer(defined=True, value=normalize(values[0]), revision=revision)
+            )
+        else:
+            answers.append(EngineError("OPA's batch answer lacks this item"))
+    return answers
 
 
 def _parse_answer(body: bytes) -> Any:
@@ -301,6 +358,19 @@ class OpaRestEngine:
         status, body = await self._send("POST", url, request_body(document))
         return read_response(status, body, revision=self._revision)
 
+    async def evaluate_many(self, path: str, documents: Sequence[EngineInput]) -> list[ItemAnswer]:
+        """Evaluate ``path`` over every document in one ``POST /v1/query`` (:func:`batch_query`).
+
+        Raises:
+            PolicyError: the request failed, or OPA could not evaluate the query (no item
+                is decided then).
+        """
+        if not documents:
+            return []
+        revision = self._revision
+        status, body = await self._send("POST", f"{self._root}/query", batch_body(path, documents))
+        return read_batch_response(status, body, count=len(documents), revision=revision)
+
     async def refresh_revision(self) -> str:
         """Read the revision from OPA now; notify when it changed."""
         _, bundles = await self._get(f"{self._root}/data/system/bundles")
@@ -474,6 +544,18 @@ class OpaRestEngineSync:
     async def evaluate(self, path: str, document: InputDocument) -> EngineAnswer:
         """:meth:`evaluate_sync` in a worker thread."""
         return await asyncio.to_thread(self.evaluate_sync, path, document)
+
+    def evaluate_many_sync(self, path: str, documents: Sequence[EngineInput]) -> list[ItemAnswer]:
+        """Evaluate ``path`` over every document in one ``POST /v1/query``, blocking."""
+        if not documents:
+            return []
+        revision = self._revision
+        status, body = self._request("POST", f"{self._root}/query", batch_body(path, documents))
+        return read_batch_response(status, body, count=len(documents), revision=revision)
+
+    async def evaluate_many(self, path: str, documents: Sequence[EngineInput]) -> list[ItemAnswer]:
+        """:meth:`evaluate_many_sync` in a worker thread."""
+        return await asyncio.to_thread(self.evaluate_many_sync, path, documents)
 
     def refresh_revision(self) -> str:
         """Read the revision from OPA now."""

@@ -41,6 +41,7 @@ import threading
 import time
 import urllib.parse
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -60,8 +61,19 @@ from gateway.policy._bundle import (
     read_bundle,
 )
 from gateway.policy._document import InputDocument
-from gateway.policy._engine import DEFAULT_DECISION_PATH, EngineAnswer, normalize_path
-from gateway.policy._errors import EngineError, EngineTimeoutError, EngineUnavailableError
+from gateway.policy._engine import (
+    DEFAULT_DECISION_PATH,
+    EngineAnswer,
+    EngineInput,
+    ItemAnswer,
+    normalize_path,
+)
+from gateway.policy._errors import (
+    EngineError,
+    EngineTimeoutError,
+    EngineUnavailableError,
+    PolicyError,
+)
 from gateway.policy._wasm_abi import (
     AbiError,
     CompiledPolicy,
@@ -668,6 +680,37 @@ class EmbeddedEngine:
             raise EngineTimeoutError(
                 "embedded evaluation passed its deadline", detail=f"timeout_s={self._timeout_s}"
             ) from None
+
+    def _run_many(
+        self, path: str, documents: Sequence[EngineInput], deadline: float
+    ) -> list[ItemAnswer]:
+        # One worker thread for the batch, one deadline for all of it: an item that fails
+        # (or finds the deadline passed) is undecided, the others are still evaluated.
+        answers: list[ItemAnswer] = []
+        for document in documents:
+            try:
+                answers.append(self._run_until(path, document.to_json(), deadline))
+            except PolicyError as exc:
+                answers.append(exc)
+        return answers
+
+    async def evaluate_many(self, path: str, documents: Sequence[EngineInput]) -> list[ItemAnswer]:
+        """Evaluate ``path`` over every document in one thread hop, within one ``timeout_s``.
+
+        Returns one entry per document: its answer, or the error that left it undecided.
+
+        Raises:
+            EngineUnavailableError: the engine is closed.
+        """
+        if not documents:
+            return []
+        deadline = time.monotonic() + self._timeout_s
+        loop = asyncio.get_running_loop()
+        try:
+            job = loop.run_in_executor(self._threads, self._run_many, path, documents, deadline)
+        except RuntimeError:  # the executor was shut down by close()
+            raise EngineUnavailableError("embedded engine is closed") from None
+        return await job
 
     def __repr__(self) -> str:
         return f"EmbeddedEngine({self.identity!r}, revision={self.revision()!r})"
