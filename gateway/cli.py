@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import importlib.metadata
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -52,6 +53,14 @@ from gateway.service._config import (
     check_listener,
 )
 
+#: What ``gateway --help`` says the command is (plain text, every subcommand named).
+DESCRIPTION = (
+    "A policy-as-code authorization gateway for tool calls: serve tools over HTTP (serve) or "
+    "MCP (mcp) behind an OPA policy, decide one call without running it (check), check that "
+    "the policy covers every tool (gate), verify an audit trail (audit verify), and replay "
+    "recorded decisions against a candidate policy (replay)."
+)
+
 
 def _version() -> str:
     try:
@@ -63,6 +72,8 @@ def _version() -> str:
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+#: Standard output was closed before everything was printed (as a shell reports SIGPIPE).
+EXIT_BROKEN_PIPE = 128 + 13
 
 
 _UNKEYED_WARNING = (
@@ -307,7 +318,7 @@ def _gate(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``gateway`` command."""
-    parser = argparse.ArgumentParser(prog="gateway", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="gateway", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"gateway {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -399,7 +410,17 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     args = build_parser().parse_args(argv)
-    status: int = args.handler(args)
+    try:
+        status: int = args.handler(args)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (``gateway check ... | head``): what was left to print has
+        # no reader, which is not an error of the command. Python would report the pipe
+        # again when it flushes stdout at exit, so stdout goes to the null device first.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_BROKEN_PIPE
     return status
 
 

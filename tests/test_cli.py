@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -510,3 +511,39 @@ def test_serving_a_published_key_beyond_loopback_is_refused_before_listening(
     assert (status, out) == (2, "")
     assert "auth.api_keys[0]: this API key is published" in err
     assert "demo-key-alice" not in err
+
+
+@pytest.mark.integration
+def test_a_reader_that_goes_away_ends_the_command_quietly_with_the_pipe_status(
+    config: str,
+) -> None:
+    # gateway check ... | head -1: the reader closes the pipe before the answer is written.
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        completed = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "gateway",
+                "check",
+                "--config",
+                config,
+                "--tool",
+                "add",
+                "--arguments",
+                '{"a":1,"b":2}',
+                "--context",
+                ALICE,
+            ],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            check=False,
+            cwd=ROOT,
+            timeout=120,
+        )
+    finally:
+        os.close(write_end)
+
+    assert (completed.returncode, completed.stderr) == (128 + 13, "")
