@@ -36,7 +36,9 @@ from gateway.policy import (
 from gateway.replay import Assembly, SettingsError, assemble
 from gateway.service._auth import Authenticator
 from gateway.service._config import ConfigError, EngineConfig, GatewayConfig, import_tools
+from gateway.service._logs import ServiceLog, Startup, log_startup
 from gateway.service._metrics import GatewayMetrics
+from gateway.service._observe import NO_OBSERVER, ServiceObserver
 from gateway.service._pipeline import Gateway
 
 
@@ -54,16 +56,37 @@ class Components:
     authenticator: Authenticator
     #: The replay capture and shadow evaluation (``[replay]``, ``[shadow]``), when either is on.
     replay: Assembly | None = None
+    #: Told about every call's decision and tool run (the operator's state lines).
+    observer: ServiceObserver | None = None
 
     def gateway(self, tools: Iterable[Tool | Registry]) -> Gateway:
         """A call pipeline serving ``tools`` behind this authorizer, audit trail and metrics."""
         authorizer = self.replay.authorizer if self.replay is not None else self.authorizer
-        return Gateway(tools, authorizer=authorizer, audit=self.trail, metrics=self.metrics)
+        observer = self.observer if self.observer is not None else NO_OBSERVER
+        return Gateway(
+            tools, authorizer=authorizer, audit=self.trail, metrics=self.metrics, observer=observer
+        )
+
+    def log_startup(self, surface: str, gateway: Gateway, listening: str | None = None) -> None:
+        """Write the start-up line: what ``gateway`` serves, where, by which engine, revision."""
+        log_startup(
+            Startup(
+                surface=surface,
+                tools=tuple(d.name for d in gateway.definitions()),
+                engine=self.engine.identity,
+                revision=self.engine.revision(),
+                decision_path=self.authorizer.path,
+                audit=str(self.config.audit.path) if self.trail is not None else None,
+                listening=listening,
+            )
+        )
 
     async def open(self) -> None:
         """Open the engine when it is an OPA server; start following ``engine.bundle_url``."""
         if isinstance(self.engine, OpaRestEngine):
             await self.engine.open()
+            if self.observer is not None:
+                self.observer.log.engine_probed(await self.engine.healthy())
         elif isinstance(self.engine, EmbeddedEngine) and self.config.engine.bundle_url:
             self.engine.start_polling()
         if self.replay is not None:
@@ -85,7 +108,10 @@ class Components:
     async def ready(self) -> bool:
         """Whether the engine can answer (an OPA server is asked; the embedded one can)."""
         if isinstance(self.engine, OpaRestEngine):
-            return await self.engine.healthy()
+            healthy = await self.engine.healthy()
+            if self.observer is not None:
+                self.observer.log.engine_probed(healthy)
+            return healthy
         return True
 
 
@@ -238,6 +264,10 @@ def build_components(config: GatewayConfig) -> Components:
         metrics=metrics,
         authenticator=Authenticator(config.auth),
         replay=replay,
+        observer=ServiceObserver(
+            ServiceLog(engine.identity, interval=config.log.state_interval_s),
+            audited=trail is not None,
+        ),
     )
 
 

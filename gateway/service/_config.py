@@ -43,6 +43,7 @@ from gateway.service._config_models import (
     ConfigFile,
     EngineTable,
     JwtTable,
+    LogTable,
     McpTable,
     PathsTable,
     ServerTable,
@@ -50,6 +51,7 @@ from gateway.service._config_models import (
     VerificationTable,
     read_table,
 )
+from gateway.service._logs import check_log_table
 
 __all__ = ["ConfigError"]  # re-exported: the configuration's error is defined with its models
 
@@ -245,6 +247,8 @@ class GatewayConfig:
     replay: ReplaySettings | None = None
     #: ``[shadow]``: the shadow candidate, when on.
     shadow: ShadowSettings | None = None
+    #: ``[log]``: level, format, access log.
+    log: LogTable = field(default_factory=LogTable)
     source: Path | None = None
 
 
@@ -699,6 +703,7 @@ def parse_config(
         if entry.count(":") != 1:
             raise ConfigError(f'tools.modules: {entry!r} must look like "package.module:attribute"')
     replay, shadow = _replay(data, base)
+    check_log_table(file.log)
     config = GatewayConfig(
         engine=_engine(file.engine, _subtable(data, "engine"), base),
         cache=_cache(file.cache),
@@ -710,6 +715,7 @@ def parse_config(
         paths=_paths(file.paths),
         replay=replay,
         shadow=shadow,
+        log=file.log,
         source=source,
     )
     check_listener(config, config.server.host)

@@ -501,6 +501,24 @@ class ShadowTable:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class LogTable:
+    """``[log]``: the service's log lines (never an argument value, at any level)."""
+
+    level: str = key("`debug`, `info`, `warning` or `error`.", "info")
+    format: str = key("`text` (one line each) or `json` (one JSON object a line).", "text")
+    access: bool = key(
+        "Whether every HTTP request gets an access line (method, path without its query, "
+        "status, duration, request id).",
+        default=False,
+    )
+    state_interval_s: float = key(
+        "The fewest seconds between two lines about one component's state (the engine, the "
+        "audit trail, an upstream); the next line counts the changes not logged.",
+        10.0,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ConfigFile:
     """The whole file: one table per surface and part."""
 
@@ -514,3 +532,4 @@ class ConfigFile:
     paths: PathsTable = key("Path arguments.", factory=PathsTable)
     replay: ReplayTable = key("The replay capture.", factory=ReplayTable)
     shadow: ShadowTable = key("Shadow evaluation.", factory=ShadowTable)
+    log: LogTable = key("Logging.", factory=LogTable)

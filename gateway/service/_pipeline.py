@@ -54,6 +54,7 @@ from gateway.audit import AuditingAuthorizer, AuditScope, AuditTrail, AuditWrite
 from gateway.policy import CallerContext, caller_context
 from gateway.service._codes import ResultCode, result_code
 from gateway.service._metrics import GatewayMetrics
+from gateway.service._observe import NO_OBSERVER, CallObserver
 
 _LOG: Final = logging.getLogger("gateway.server")
 _NO_DECISION: Final = "no policy decision could be made; the call was not run"
@@ -135,23 +136,34 @@ class _DecisionStep:
     # The authorizer of every served tool's Guard: asks the policy, through the audit trail
     # when there is one, and keeps a well-formed decision in the call's scope. Outside a
     # pipeline call (a served binding called directly) it still asks the policy.
-    __slots__ = ("_auditing", "_policy")
+    __slots__ = ("_auditing", "_observer", "_policy")
 
-    def __init__(self, policy: Authorizer, audit: AuditTrail | None) -> None:
+    def __init__(
+        self, policy: Authorizer, audit: AuditTrail | None, observer: CallObserver
+    ) -> None:
         self._policy = policy
         self._auditing = AuditingAuthorizer(policy, audit) if audit is not None else None
+        self._observer = observer
 
     async def authorize(self, authorization: Authorization) -> bool | Decision:
         scope = _SCOPE.get()
-        if self._auditing is not None:
-            audit = scope.audit if scope is not None else None
-            answer = await self._auditing.authorize(authorization, scope=audit)
-        else:
-            answer = await self._policy.authorize(authorization)
-        if scope is not None:
+        with self._observer.deciding(authorization) as watch:
+            try:
+                if self._auditing is not None:
+                    audit = scope.audit if scope is not None else None
+                    answer = await self._auditing.authorize(authorization, scope=audit)
+                else:
+                    answer = await self._policy.authorize(authorization)
+            except Exception as exc:
+                watch.failed(exc)
+                raise
+            decision = None
             # A malformed answer keeps no decision here: the Guard refuses it itself.
             with contextlib.suppress(MalformedDecisionError):
-                scope.decision = read_answer(answer)
+                decision = read_answer(answer)
+            if scope is not None and decision is not None:
+                scope.decision = decision
+            watch.answered(decision)
         return answer
 
 
@@ -210,6 +222,7 @@ class Gateway:
         audit: the audit trail; ``None`` disables auditing.
         limits: admission limits for every tool.
         metrics: where to count decisions and latencies.
+        observer: told about every decision and tool run (logs, traces).
     """
 
     def __init__(
@@ -220,11 +233,13 @@ class Gateway:
         audit: AuditTrail | None = None,
         limits: AdmissionLimits = DEFAULT_LIMITS,
         metrics: GatewayMetrics | None = None,
+        observer: CallObserver = NO_OBSERVER,
     ) -> None:
         self._audit = audit
         self._metrics = metrics
         self._authorizer = authorizer
-        step = _DecisionStep(authorizer, audit)
+        self._observer = observer
+        step = _DecisionStep(authorizer, audit, observer)
         guarded = [Guard(tool=tool, authorizer=step) for tool in expand(tools)]
         self._registry = Registry(*guarded, limits=limits)
 
@@ -274,8 +289,8 @@ class Gateway:
         if self._audit is not None:
             try:
                 await self._audit.refusal(call, code=code, message=message, request_id=request_id)
-            except Exception:  # noqa: BLE001 - nothing ran; the refusal stands either way
-                _LOG.exception("audit: could not record a refused call")
+            except Exception as exc:  # noqa: BLE001 - nothing ran; the refusal stands either way
+                self._observer.audit_error(exc)
         return CallResult.of(code, message)
 
     async def _call(self, call: ToolCall, request_id: str | None) -> CallResult:
@@ -301,7 +316,9 @@ class Gateway:
         started = self._audit.timer() if self._audit is not None else 0.0
         result: CallResult | None = None
         try:
-            result = await self._run(binding, invocation, scope)
+            with self._observer.running(binding.definition, invocation.call_id) as run:
+                result = await self._run(binding, invocation, scope)
+                run.finished(result.code, scope.decision)
         finally:
             _SCOPE.reset(token)
             if self._audit is not None:

@@ -299,6 +299,7 @@ def _every_table(tmp_path: Path) -> Data:
     data["paths"] = {"resolve": {"read_file": ["/path"]}}
     data["replay"] = {"capture": False}
     data["shadow"] = {"enabled": False}
+    data["log"] = {"format": "json", "access": True}
     return data
 
 
