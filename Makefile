@@ -11,18 +11,30 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo quickstart bench check setup lint typecheck test policy-test bundle clean
 
-$(STAMP): pyproject.toml
+# Serving needs the gateway alone; the checks add the development tools (.[dev]).
+SERVE_STAMP := $(VENV)/.installed-serve
+
+$(SERVE_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(SERVE_STAMP)
+
+$(STAMP): $(SERVE_STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
 setup: $(STAMP)
 
-demo: $(STAMP)
+demo: $(SERVE_STAMP)
 	$(BIN)/gateway serve --config examples/gateway.toml
 
-quickstart: $(STAMP)
+# The demo's state (its audit trail and audit key, in .demo/): make clean keeps it.
+.PHONY: demo-reset
+demo-reset:
+	rm -rf .demo
+
+quickstart: $(SERVE_STAMP)
 	$(BIN)/python examples/quickstart.py
 
 lint: $(STAMP)

@@ -5,7 +5,7 @@
 #        MIN_COVERAGE=90 by default.
 #
 # Runs, and fails if any of them fails:
-#   1. opa test -v           every test passes
+#   1. opa test              every test passes (-v, a line per test, with VERBOSE=1)
 #   2. opa test --coverage   overall coverage >= MIN_COVERAGE (printed)
 #   3. opa fmt --list        prints nothing (all files formatted)
 #   4. opa check --strict    clean
@@ -41,8 +41,13 @@ echo "== opa version"
 version="$("${opa}" version)"
 echo "${version%%$'\n'*}"
 
-echo "== opa test -v ${policy_dir}"
-if ! "${opa}" test "${policy_dir}" -v --timeout "${test_timeout}"; then
+# A line per test only with VERBOSE=1; otherwise opa prints the failures and a summary.
+verbose=()
+if [[ -n "${VERBOSE:-}" ]]; then
+	verbose=(-v)
+fi
+echo "== opa test ${policy_dir}"
+if ! "${opa}" test "${policy_dir}" "${verbose[@]}" --timeout "${test_timeout}"; then
 	echo "FAIL: opa test" >&2
 	failed=1
 fi
