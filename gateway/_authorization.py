@@ -12,6 +12,7 @@ from typing import ClassVar, Protocol, runtime_checkable
 
 from gateway._definition import ToolDefinition
 from gateway._errors import GatewayError, InvalidToolError, MalformedDecisionError, NoDecisionError
+from gateway.obligations._model import OBLIGATION_TYPES, Obligation
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +41,10 @@ class Decision:
     are ``(scope, window_s, limit)`` triples the gateway reserves atomically before the call
     runs: an allowed call runs only if each named counter is still below its limit (see
     :mod:`gateway.state`). Without a state store both are inert.
+
+    ``obligations`` are what the decision requires done before or after the tool runs
+    (see :mod:`gateway.obligations`): whoever runs the tool fulfils every one, or does not
+    run it.
     """
 
     allowed: bool
@@ -52,6 +57,7 @@ class Decision:
     engine: str | None = None
     labels: tuple[str, ...] = field(default=())
     quotas: tuple[tuple[str, int, int], ...] = field(default=())
+    obligations: tuple[Obligation, ...] = field(default=())
     # Computed once: the Guard asks on every call, and a Decision never changes.
     _well_formed: bool = field(default=False, init=False, repr=False, compare=False)
 
@@ -84,6 +90,8 @@ class Decision:
             and all(isinstance(label, str) for label in self.labels)
             and isinstance(self.quotas, tuple)
             and all(_quota_ok(quota) for quota in self.quotas)
+            and isinstance(self.obligations, tuple)
+            and all(isinstance(item, OBLIGATION_TYPES) for item in self.obligations)
         )
 
 

@@ -265,6 +265,22 @@ class Contract:
         return Invocation(_TOKEN, state, raw, call.id)
 
 
+def readmit(invocation: Invocation, arguments: bytes) -> Invocation:
+    """The same call with other arguments, admitted again by the contract that admitted it.
+
+    For an obligation that rewrites a call's arguments: the rewritten document goes through
+    the full admission (size, strict JSON, schema, the tool's input validator).
+
+    Raises:
+        InvalidInvocationError: the arguments are refused.
+    """
+    if not isinstance(invocation, Invocation):
+        raise InvalidInvocationError.because("expected an Invocation")
+    state = invocation._state  # noqa: SLF001 - this module's own class
+    contract = Contract(_TOKEN, state)
+    return contract.prepare(ToolCall(invocation.call_id, state.definition.name, arguments))
+
+
 def _run_validator(validator: InputValidator, raw: bytes) -> None:
     try:
         validator(raw)

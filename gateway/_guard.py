@@ -7,11 +7,18 @@ from collections.abc import Coroutine
 from typing import Any, Final, TypeVar
 
 from gateway._authorization import Authorization, AuthorizationError, Authorizer, read_answer
-from gateway._contract import Invocation, Tool
+from gateway._contract import Invocation, Tool, readmit
 from gateway._definition import ToolDefinition
-from gateway._errors import InvalidToolError, MalformedDecisionError
+from gateway._errors import InvalidInvocationError, InvalidToolError, MalformedDecisionError
 from gateway._failure import Failure, FailureKind
 from gateway._output import ToolOutput
+from gateway.obligations import (
+    RedactOutput,
+    RewriteArguments,
+    UnfulfilledObligationError,
+    redact_output,
+    rewrite_arguments,
+)
 
 _T = TypeVar("_T")
 
@@ -36,9 +43,16 @@ class Guard:
     during the decision, whatever the authorizer answered or raised; seal any exception or
     malformed answer in :class:`AuthorizationError`; raise ``Failure(REJECTED)`` on a
     refusal (the decision's public ``message``, or ``error: tool "<name>" is not
-    authorized``); otherwise run the inner tool on the same invocation and return its
-    result unchanged. ``asyncio.CancelledError`` always propagates unchanged and is never
-    sealed.
+    authorized``); otherwise fulfil the decision's obligations (see
+    :mod:`gateway.obligations`) and run the inner tool. Without obligations the tool runs on
+    the same invocation and its result is returned unchanged. ``rewrite_arguments`` runs the
+    tool on the rewritten arguments only, admitted again by the same contract;
+    ``redact_output`` redacts the output (a Failure's public output too). Any other
+    obligation left on the decision (an unknown type, an approval or audit fields nobody
+    took care of) cannot be fulfilled here: the call is refused with an
+    :class:`AuthorizationError` of code ``obligation_unfulfilled``, and so is a rewrite that
+    cannot be carried out or whose result the contract refuses.
+    ``asyncio.CancelledError`` always propagates unchanged and is never sealed.
 
     Raises:
         InvalidToolError: the authorizer (checked first) or the tool is missing, or the
@@ -113,7 +127,46 @@ class Guard:
             raise AuthorizationError(name, cause)
         if decision.allowed is not True:
             raise Failure(FailureKind.REJECTED, decision.message or _REFUSAL.format(name=name))
-        return await self._tool.call(invocation)
+        if not decision.obligations:
+            return await self._tool.call(invocation)
+        return await self._fulfil(invocation, decision.obligations)
+
+    async def _fulfil(self, invocation: Invocation, obligations: tuple[object, ...]) -> ToolOutput:
+        name = self._definition.name
+        rewrites = tuple(o for o in obligations if isinstance(o, RewriteArguments))
+        redactions = tuple(o for o in obligations if isinstance(o, RedactOutput))
+        if len(rewrites) + len(redactions) != len(obligations):
+            other = next(
+                o for o in obligations if not isinstance(o, RewriteArguments | RedactOutput)
+            )
+            kind = getattr(other, "type", type(other).__name__)
+            raise AuthorizationError(
+                name, UnfulfilledObligationError(f"obligation {kind!r} cannot be fulfilled")
+            )
+        if rewrites:
+            cause: Exception | None = None
+            try:
+                invocation = readmit(invocation, rewrite_arguments(invocation.arguments, rewrites))
+            except UnfulfilledObligationError as exc:
+                cause = exc
+            except InvalidInvocationError:
+                cause = UnfulfilledObligationError(
+                    "rewrite_arguments: the rewritten arguments are not admitted by the contract"
+                )
+            if cause is not None:
+                raise AuthorizationError(name, cause)
+        failed: Failure | None = None
+        try:
+            output = await self._tool.call(invocation)
+        except Failure as failure:
+            if not redactions:
+                raise
+            failed = failure
+        if failed is not None:
+            # Raised outside the except block: nothing is chained into __context__.
+            public = redact_output(failed.output, redactions)
+            raise Failure(failed.kind, public, failed.cause)
+        return redact_output(output, redactions)
 
     def __repr__(self) -> str:
         return f"Guard(tool={self._definition.name!r}, authorizer={self._authorizer!r})"

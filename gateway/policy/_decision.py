@@ -1,20 +1,37 @@
 """Strict reading of a decision document into a :class:`gateway.Decision`.
 
 A decision is either a boolean or an object with exactly the members ``allow`` (required,
-boolean), ``message`` (string), ``reasons`` (array of strings) and ``cache`` (an object with
-a non-negative number ``ttl_s``). Only JSON ``true`` allows. Anything else is malformed.
+boolean), ``message`` (string), ``reasons`` (array of strings), ``cache`` (an object with
+a non-negative number ``ttl_s``) and ``obligations`` (contract version 2: an array of typed
+obligation objects, read by :func:`gateway.obligations.read_obligations`), ``labels``
+(session labels attached when the call runs) and ``quotas`` (``{"scope", "window_s",
+"limit"}`` objects reserved atomically before it runs; see :mod:`gateway.state`). Only JSON
+``true`` allows. Anything else is malformed.
 """
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 from typing import Any, Final
 
 from gateway import _json
 from gateway._authorization import Decision
+from gateway.obligations import read_obligations
 from gateway.policy._errors import MalformedDecisionError
 
-_MEMBERS: Final = frozenset({"allow", "message", "reasons", "cache"})
+_MEMBERS: Final = frozenset(
+    {"allow", "message", "reasons", "cache", "obligations", "labels", "quotas"}
+)
+#: A session label: lower-case ASCII, digits, ``_ . : -``, at most 64 characters.
+_LABEL: Final = re.compile(r"[a-z][a-z0-9_.:-]{0,63}")
+_MAX_LABELS: Final = 32
+_MAX_QUOTAS: Final = 16
+#: The counter scopes a quota may name (``gateway.state.SCOPES``).
+_QUOTA_SCOPES: Final = frozenset(
+    {"caller", "caller_tool", "tenant", "tenant_tool", "session", "session_tool"}
+)
+_MAX_WINDOW_S: Final = 31 * 86400
 
 
 def normalize(value: Any) -> Any:
@@ -40,6 +57,51 @@ def _ttl(cache: Any) -> float | None:
     if isinstance(ttl, bool) or not isinstance(ttl, int | float | Decimal) or ttl < 0:
         raise MalformedDecisionError("decision.cache.ttl_s must be a non-negative number")
     return float(ttl)
+
+
+def _labels(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    labels = normalize(value)
+    if (
+        not isinstance(labels, list)
+        or len(labels) > _MAX_LABELS
+        or not all(isinstance(label, str) and _LABEL.fullmatch(label) for label in labels)
+    ):
+        raise MalformedDecisionError(
+            f"decision.labels must be an array of at most {_MAX_LABELS} labels"
+        )
+    return tuple(sorted(set(labels)))
+
+
+def _whole(value: Any, low: int, high: int) -> bool:
+    # A JSON integer (1.0 and true are not), within [low, high].
+    if isinstance(value, bool) or not isinstance(value, int | Decimal):
+        return False
+    return value == int(value) and low <= value <= high
+
+
+def _quotas(value: Any) -> tuple[tuple[str, int, int], ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list | tuple) or len(value) > _MAX_QUOTAS:
+        raise MalformedDecisionError(
+            f"decision.quotas must be an array of at most {_MAX_QUOTAS} quotas"
+        )
+    quotas: list[tuple[str, int, int]] = []
+    for quota in value:
+        if (
+            not isinstance(quota, dict)
+            or set(quota) != {"scope", "window_s", "limit"}
+            or quota["scope"] not in _QUOTA_SCOPES
+            or not _whole(quota["window_s"], 1, _MAX_WINDOW_S)
+            or not _whole(quota["limit"], 0, 2**53)
+        ):
+            raise MalformedDecisionError(
+                "decision.quotas: each must be {scope, window_s, limit} with a known scope"
+            )
+        quotas.append((quota["scope"], int(quota["window_s"]), int(quota["limit"])))
+    return tuple(quotas)
 
 
 def read_decision(
@@ -78,4 +140,7 @@ def read_decision(
         revision=revision,
         cache_ttl=_ttl(value.get("cache")),
         engine=engine,
+        obligations=read_obligations(normalize(value.get("obligations"))),
+        labels=_labels(value.get("labels")),
+        quotas=_quotas(value.get("quotas")),
     )
