@@ -50,6 +50,13 @@ from gateway._guard import Guard
 from gateway._output import ToolOutput
 from gateway.audit._mask import Masker
 from gateway.audit._sinks import AuditSink, AuditWriteError, JsonlFileSink
+from gateway.obligations import (
+    AuditFields,
+    RewriteArguments,
+    UnfulfilledObligationError,
+    describe,
+    rewrite_arguments,
+)
 from gateway.policy import current_caller
 
 _MEMO_MAX_BYTES: Final = 4096
@@ -237,7 +244,32 @@ class AuditTrail:
                 "latency_us": round(latency * 1e6),
             }
         )
+        if decision is not None and decision.obligations:
+            record.update(self._obligations(authorization, decision, found))
         return decision_id, self._masker.scrub(record, found)
+
+    def _obligations(
+        self, authorization: Authorization, decision: Decision, found: list[str]
+    ) -> dict[str, Any]:
+        # What the decision obliges, the audit fields it adds, and the digest of the
+        # arguments the tool will see when it rewrites them (None: the rewrite fails, and
+        # the call is refused).
+        extra: dict[str, Any] = {"obligations": [describe(o) for o in decision.obligations]}
+        fields: dict[str, Any] = {}
+        for obligation in decision.obligations:
+            if isinstance(obligation, AuditFields):
+                fields.update(obligation.value())
+        if fields:
+            extra["fields"] = _recordable(self._masker.mask(fields, found))
+        rewrites = tuple(o for o in decision.obligations if isinstance(o, RewriteArguments))
+        if rewrites:
+            try:
+                rewritten = rewrite_arguments(authorization.arguments, rewrites)
+            except UnfulfilledObligationError:
+                extra["rewritten_arguments_digest"] = None
+            else:
+                extra["rewritten_arguments_digest"] = hashlib.sha256(rewritten).hexdigest()
+        return extra
 
     def outcome_record(
         self,
@@ -374,6 +406,10 @@ class AuditingAuthorizer:
         if error is not None:
             raise error
         assert decision is not None  # noqa: S101 - exhaustive above
+        if any(isinstance(o, AuditFields) for o in decision.obligations):
+            # The audit fields are in the record just written: fulfilled.
+            kept = tuple(o for o in decision.obligations if not isinstance(o, AuditFields))
+            return dataclasses.replace(decision, decision_id=decision_id, obligations=kept)
         return dataclasses.replace(decision, decision_id=decision_id)
 
 
