@@ -5,6 +5,7 @@
 #   settings) and one of the caller's roles lists it (roles -> tools).
 package gateway.authz.rbac
 
+import data.gateway.authz.lib.ctx
 import data.gateway.authz.lib.denial
 import data.gateway.authz.lib.role_defs
 import data.gateway.authz.lib.roles
@@ -36,11 +37,33 @@ tool_roles contains r if {
 # The called tool is configured with a known kind.
 known_kind if tool.kind in kinds
 
-# Some role of the caller grants the tool, and the tool is configured with a known kind.
+# Some role of the caller grants the tool, the tool is configured with a known kind, and
+# an acting agent (delegation) is entrusted with it.
 permitted if {
 	tool.kind in kinds # known_kind
 	count(granting_roles) > 0
+	delegation_ok
 }
+
+# Delegation (RFC 8693 "act"): a caller context with an "actor" is an agent acting for
+# the subject. It may use only the tools that both the subject's roles grant and
+# data.gateway.config.agents entrusts the agent with; an unknown agent, or an actor that
+# is not an object with a string subject, may use nothing.
+delegated if object.get(ctx, "actor", null) != null
+
+delegation_ok if not delegated
+
+delegation_ok if {
+	is_string(ctx.actor.subject)
+	agent := agents[ctx.actor.subject]
+	is_object(agent)
+	is_array(agent.tools)
+	tool_name in agent.tools
+}
+
+agents := data.gateway.config.agents if {
+	is_object(data.gateway.config.agents)
+} else := {}
 
 deny contains denial(module, "this tool is not available", sprintf("tool \"%s\" has no settings in data.gateway.config.tools", [tool_name])) if {
 	not tool
@@ -54,6 +77,12 @@ deny contains denial(module, "this tool is not available", sprintf("tool \"%s\" 
 deny contains denial(module, "the caller's roles do not permit this tool", sprintf("no role in %s grants tool \"%s\"", [roles_text, tool_name])) if {
 	tool
 	count(granting_roles) == 0
+}
+
+deny contains denial(module, "the acting agent may not use this tool", sprintf("the acting agent is not entrusted with tool \"%s\"", [tool_name])) if {
+	tool
+	count(granting_roles) > 0
+	not delegation_ok
 }
 
 roles_text := concat("", ["[", concat(", ", sort(roles)), "]"])
