@@ -1,11 +1,17 @@
-"""The policy input document (contract version 1): tool, arguments, facts and caller context."""
+"""The policy input document (contract version 1): tool, arguments, facts and caller context.
+
+A call that reads session state (:mod:`gateway.state`) also has ``state``.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import hashlib
 import json
 import threading
+from collections.abc import Iterator
 from typing import Any, Final
 
 import cachetools
@@ -43,6 +49,31 @@ def _tool_json(definition: ToolDefinition) -> bytes:
 @functools.lru_cache(maxsize=4096)
 def _tool_digest(definition: ToolDefinition) -> bytes:
     return hashlib.sha256(_tool_json(definition)).digest()
+
+
+# The ``state`` member of the documents built here (canonical JSON), set by the state layer
+# (gateway.state) around the one decision it belongs to; None: the document has none.
+_STATE: contextvars.ContextVar[bytes | None] = contextvars.ContextVar(
+    "gateway_state_input", default=None
+)
+
+
+@contextlib.contextmanager
+def state_input(encoded: bytes) -> Iterator[None]:
+    """Give the documents built in this block the ``state`` member ``encoded`` (canonical JSON).
+
+    A document with state is never served from, nor stored in, the decision cache.
+    """
+    token = _STATE.set(encoded)
+    try:
+        yield
+    finally:
+        _STATE.reset(token)
+
+
+def current_state_input() -> bytes | None:
+    """The ``state`` member documents built here get, or ``None``."""
+    return _STATE.get()
 
 
 _MEMO_MAX_BYTES: Final = 4096
@@ -85,6 +116,7 @@ class InputDocument:
         "_digest",
         "_facts",
         "_path_view",
+        "_state",
     )
 
     def __init__(
@@ -101,6 +133,12 @@ class InputDocument:
         self._canonical_arguments: bytes | None = None
         self._facts: bytes | None = None
         self._digest: str | None = None
+        self._state = _STATE.get()
+
+    @property
+    def state_json(self) -> bytes | None:
+        """The ``state`` member (session history and counts) as canonical JSON, if any."""
+        return self._state
 
     @property
     def definition(self) -> ToolDefinition:
@@ -157,6 +195,9 @@ class InputDocument:
             hasher.update(self.facts_json)
             hasher.update(b"\0")
             hasher.update(self._context.json)
+            if self._state is not None:
+                hasher.update(b"\0")
+                hasher.update(self._state)
             self._digest = hasher.hexdigest()
         return self._digest
 
@@ -170,6 +211,7 @@ class InputDocument:
                 self._context.json,
                 b',"facts":',
                 self.facts_json,
+                *((b',"state":', self._state) if self._state is not None else ()),
                 b',"tool":',
                 _tool_json(self._definition),
                 b"}",

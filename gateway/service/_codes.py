@@ -91,6 +91,10 @@ class ResultCode(enum.StrEnum):
     )  # fmt: skip
     POLICY_ERROR = ("policy_error", 503, "rejected", 2, False, "the policy layer failed")
     NO_DECISION = ("no_decision", 503, "rejected", 2, False, "no decision for another reason")
+    STATE_UNAVAILABLE = (
+        "state_unavailable", 503, "rejected", 2, False,
+        "the session or quota state could not be read or written: the tool did not run",
+    )  # fmt: skip
     AUDIT_FAILED = (
         "audit_failed", 503, "rejected", 2, False,
         "the audit trail could not be written: the tool did not run",

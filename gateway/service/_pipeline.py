@@ -55,6 +55,7 @@ from gateway.policy import CallerContext, caller_context
 from gateway.service._codes import ResultCode, result_code
 from gateway.service._metrics import GatewayMetrics
 from gateway.service._observe import NO_OBSERVER, CallObserver
+from gateway.state import CallTracker, session_context, track_call, valid_session_id
 
 _LOG: Final = logging.getLogger("gateway.server")
 _NO_DECISION: Final = "no policy decision could be made; the call was not run"
@@ -263,6 +264,7 @@ class Gateway:
         *,
         caller: CallerContext | None = None,
         request_id: str | None = None,
+        session: str | None = None,
     ) -> CallResult:
         """Admit, authorize and run one call; never raises except on cancellation.
 
@@ -272,12 +274,19 @@ class Gateway:
                 context already set (:func:`gateway.policy.caller_context`).
             request_id: the surface's request id, recorded in the audit trail; the policy
                 never sees it.
+            session: the session the surface names for this caller (an HTTP header, the
+                MCP session), never the model's; its state is the caller's own
+                (:mod:`gateway.state`). ``None``: the session already set, if any.
         """
         started = time.perf_counter()
-        if caller is None:
-            result = await self._call(call, request_id)
+        in_session = session_context(session) if session is not None else contextlib.nullcontext()
+        if session is not None and not valid_session_id(session):
+            result = CallResult.of(ResultCode.MALFORMED_REQUEST, "the session id is not valid")
+        elif caller is None:
+            with in_session:
+                result = await self._call(call, request_id)
         else:
-            with caller_context(caller):
+            with caller_context(caller), in_session:
                 result = await self._call(call, request_id)
         if self._metrics is not None:
             self._metrics.observe(result.code, time.perf_counter() - started)
@@ -315,8 +324,12 @@ class Gateway:
         token = _SCOPE.set(scope)
         started = self._audit.timer() if self._audit is not None else 0.0
         result: CallResult | None = None
+        tracker = CallTracker()
         try:
-            with self._observer.running(binding.definition, invocation.call_id) as run:
+            with (
+                self._observer.running(binding.definition, invocation.call_id) as run,
+                track_call() as tracker,
+            ):
                 result = await self._run(binding, invocation, scope)
                 run.finished(result.code, scope.decision)
         finally:
@@ -324,6 +337,12 @@ class Gateway:
             if self._audit is not None:
                 # Submitted, not awaited: a cancelled call (result None) still gets its record.
                 self._record_outcome(binding.definition, scope, result, started)
+            if tracker.reserved and result is None:
+                _finish_later(tracker, "cancelled")
+        if tracker.reserved:
+            # The session's history entry was written before the call ran; this adds how
+            # it ended (a failure to record it is logged, the result stands).
+            await tracker.finish(result.code)
         return result
 
     async def _run(self, binding: Binding, invocation: Invocation, scope: CallScope) -> CallResult:
@@ -381,6 +400,16 @@ class Gateway:
             secrets=scope.audit.secrets,
         )
         self._audit.sink.submit(record)
+
+
+_FINISHING: Final[set[asyncio.Future[None]]] = set()
+
+
+def _finish_later(tracker: CallTracker, outcome: str) -> None:
+    # A cancelled call's outcome is recorded by a task of its own (held until it ends).
+    task = asyncio.ensure_future(tracker.finish(outcome))
+    _FINISHING.add(task)
+    task.add_done_callback(_FINISHING.discard)
 
 
 def _outcome(result: CallResult | None) -> tuple[str, str | None, str | None]:
