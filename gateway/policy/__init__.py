@@ -60,16 +60,24 @@ from gateway.policy._gate import (
 from gateway.policy._paths import PathView
 from gateway.policy._rest import OpaRestEngine, OpaRestEngineSync
 from gateway.policy._sql_facts import MAX_SQL_LENGTH, sql_facts
+from gateway.policy._visibility import (
+    DEFAULT_VISIBILITY_PATH,
+    VISIBILITY_VERSION,
+    ToolVisibility,
+    VisibilityDocument,
+)
 from gateway.policy._wasm import EmbeddedEngine, WasmEngine
 
 __all__ = [
     "DEFAULT_DECISION_PATH",
     "DEFAULT_MAX_TTL",
+    "DEFAULT_VISIBILITY_PATH",
     "EMPTY_CONTEXT",
     "FACTS_VERSION",
     "GATE_PATH",
     "MAX_SQL_LENGTH",
     "SQL_MEDIA_TYPE",
+    "VISIBILITY_VERSION",
     "BatchEngine",
     "Bundle",
     "BundleError",
@@ -100,8 +108,10 @@ __all__ = [
     "PolicyError",
     "PolicyLoadError",
     "PollResult",
+    "ToolVisibility",
     "UndefinedDecisionError",
     "VerificationKey",
+    "VisibilityDocument",
     "WasmEngine",
     "build_bundle",
     "caller_context",
