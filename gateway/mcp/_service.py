@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import signal
-import sys
 from collections.abc import Iterator
 from types import TracebackType
 from typing import Any, Final, Literal, Self, TextIO
@@ -26,10 +26,12 @@ from gateway.mcp._sessions import SessionTable
 from gateway.mcp._upstream import UpstreamSet
 from gateway.policy import CallerContext
 from gateway.service import (
+    AccessLog,
     ConfigError,
     Gateway,
     GatewayConfig,
     build_components,
+    configure_logging,
     expand,
     load_tools,
 )
@@ -60,6 +62,8 @@ class McpService:
         self.sink = self.components.sink
         self.trail = self.components.trail
         self.metrics = self.components.metrics
+        #: Where it is served (``stdio``, ``http://host:port``), for the start-up line.
+        self.listening: str | None = None
         self._local: list[Tool] = load_tools(config) if config.tools else []
         local_names = [tool.definition().name for tool in expand(self._local)]
         self.upstreams = UpstreamSet(config.mcp.upstreams, reserved=local_names, errlog=errlog)
@@ -106,6 +110,7 @@ class McpService:
             raise ConfigError("mcp.upstreams: " + "; ".join(collisions))
         self.rebuild()
         self.upstreams.on_change = self.rebuild
+        self.components.log_startup("mcp", self.gateway, self.listening)
 
     async def refresh(self) -> bool:
         """List every upstream's tools again; whether any list changed (then rebuilt)."""
@@ -158,10 +163,12 @@ class McpService:
             max_per_caller=self.config.mcp.max_sessions_per_caller,
             idle_timeout=self.config.mcp.session_idle_timeout_s,
         )
+        app = self.front.http_app(
+            host=host, max_body_bytes=self.config.server.max_body_bytes, sessions=sessions
+        )
         config = uvicorn.Config(
-            self.front.http_app(
-                host=host, max_body_bytes=self.config.server.max_body_bytes, sessions=sessions
-            ),
+            AccessLog(app) if self.config.log.access else app,
+            log_config=None,  # the gateway's own logging (configure_logging)
             host=host,
             port=port,
             log_level=log_level,
@@ -186,7 +193,7 @@ def run_mcp(
     transport: Transport,
     host: str | None = None,
     port: int | None = None,
-    log_level: str = "info",
+    log_level: str | None = None,
 ) -> None:
     """Run ``gateway mcp``: build, start and serve until stdin closes or the server stops.
 
@@ -199,7 +206,14 @@ def run_mcp(
             "mcp.stdio_context: required for the stdio transport (the caller context of the "
             "local, trusted launcher)"
         )
+    level = log_level or config.log.level
+    configure_logging(dataclasses.replace(config.log, level=level))
     service = McpService(config)
+    if transport == "stdio":
+        service.listening = "stdio"
+    else:
+        bound = port if port is not None else config.server.port
+        service.listening = f"http://{host or config.server.host}:{bound}"
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -226,7 +240,7 @@ def run_mcp(
                 if transport == "stdio":
                     await service.serve_stdio()
                 else:
-                    server = service.http_server(host=host, port=port, log_level=log_level)
+                    server = service.http_server(host=host, port=port, log_level=level)
                     await server.serve()
         except asyncio.CancelledError:
             if not stopping:
@@ -235,9 +249,4 @@ def run_mcp(
             for signum in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(signum)
 
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=getattr(logging, log_level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
     asyncio.run(main())

@@ -59,7 +59,7 @@ from gateway._failure import Failure, FailureKind
 from gateway._output import ToolOutput
 from gateway.mcp._content import from_result, gateway_version, public_text
 from gateway.mcp._relay import DOWNSTREAM, Downstream, InputRequest, at_least
-from gateway.service import McpUpstreamConfig
+from gateway.service import McpUpstreamConfig, StateLog
 
 _LOG: Final = logging.getLogger("gateway.mcp")
 _MAX_PAGES: Final = 100
@@ -276,6 +276,8 @@ class Upstream:
         # The client requests being served through this upstream now (see gateway.mcp._relay).
         self._in_flight: dict[object, Downstream] = {}
         self._background: set[asyncio.Task[None]] = set()
+        # One line per connection state change (connected, lost, unreachable), rate-limited.
+        self._state = StateLog(_LOG, f"upstream {config.name}", initial="new")
         #: Called with the upstream's resource and prompt notifications.
         self.on_notice: Callable[[Upstream, Notice], None] | None = None
         self.resource_uris: frozenset[str] = frozenset()
@@ -407,6 +409,9 @@ class Upstream:
     def _mark_lost(self, connection: _Connection | None) -> None:
         if connection is not None:
             connection.lost.set()
+            self._state.report(
+                "lost", level=logging.WARNING, text="connection lost: reconnecting on next use"
+            )
 
     # -- what the upstream sends about the client requests it serves -----------------------
 
@@ -726,6 +731,7 @@ class Upstream:
         if client is None:  # lost between the handshake and here
             raise UpstreamError(f"upstream {self.name!r}: the session ended at once")
         self._last_listing_changed = await self._list_locked(client)
+        self._state.report("up", level=logging.INFO, text=f"connected ({len(self._tools)} tools)")
         return client, True
 
     def _transport(self, lost: asyncio.Event) -> Transport:
@@ -758,7 +764,15 @@ class Upstream:
             raise
         except Exception as exc:
             await self._close(connection)
-            detail = "timed out" if isinstance(exc, TimeoutError) else _describe(exc)
+            timed_out = isinstance(exc, TimeoutError)
+            detail = "timed out" if timed_out else _describe(exc)
+            # The error's type only: an upstream's own text is not the gateway's to repeat.
+            why = "timed out" if timed_out else type(exc).__name__
+            self._state.report(
+                "unreachable",
+                level=logging.ERROR,
+                text=f"cannot connect ({why}): its tools fail until it can",
+            )
             raise UpstreamError(f"upstream {self.name!r}: cannot connect: {detail}") from exc
         return connection
 
@@ -786,8 +800,12 @@ class Upstream:
             if not connection.ready.done():
                 connection.ready.set_exception(exc)
             else:
-                _LOG.info("upstream %s: session ended: %s", self.name, _describe(exc))
+                _LOG.info("upstream %s: session ended: %s", self.name, type(exc).__name__)
         finally:
+            ready = connection.ready
+            served = ready.done() and not ready.cancelled() and ready.exception() is None
+            if served and not connection.stop.is_set():
+                self._mark_lost(connection)
             connection.lost.set()
             if not connection.ready.done():
                 connection.ready.cancel()

@@ -17,6 +17,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp
 
 from gateway import _json
 from gateway._call import ToolCall
@@ -25,6 +26,7 @@ from gateway.policy import EMPTY_CONTEXT, CallerContext
 from gateway.server._openapi import openapi_document
 from gateway.service import (
     CALLER_SCOPE_KEY,
+    AccessLog,
     AuthenticationMiddleware,
     Authenticator,
     CallResult,
@@ -92,6 +94,7 @@ class GatewayApp:
         metrics: GatewayMetrics,
         max_body_bytes: int = 2 * 1024 * 1024,
         lifespan: Callable[[Starlette], contextlib.AbstractAsyncContextManager[None]] | None = None,
+        access_log: bool = False,
     ) -> None:
         self._gateway = gateway
         self._ready = ready
@@ -108,9 +111,11 @@ class GatewayApp:
             ],
             lifespan=lifespan,
         )
-        self._asgi = AuthenticationMiddleware(
+        self._asgi: ASGIApp = AuthenticationMiddleware(
             self.app, authenticator, paths=_ROUTES, on_refusal=self._count_refusal
         )
+        if access_log:
+            self._asgi = AccessLog(self._asgi)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         await self._asgi(scope, receive, send)

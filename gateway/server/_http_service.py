@@ -24,6 +24,8 @@ class Service:
     sink: JsonlFileSink | None
     gateway: Gateway
     app: GatewayApp
+    #: Where it is served (``http://host:port``), for the start-up line; set before serving.
+    listening: str | None = None
 
 
 def build_service(config: GatewayConfig) -> Service:
@@ -38,6 +40,7 @@ def build_service(config: GatewayConfig) -> Service:
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         await components.open()
+        components.log_startup("serve", gateway, service.listening)
         try:
             yield
         finally:
@@ -50,8 +53,9 @@ def build_service(config: GatewayConfig) -> Service:
         metrics=components.metrics,
         max_body_bytes=config.server.max_body_bytes,
         lifespan=lifespan,
+        access_log=config.log.access,
     )
-    return Service(
+    service = Service(
         config=config,
         engine=components.engine,
         cache=components.cache,
@@ -59,3 +63,4 @@ def build_service(config: GatewayConfig) -> Service:
         gateway=gateway,
         app=app,
     )
+    return service

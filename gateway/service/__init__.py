@@ -28,6 +28,7 @@ from gateway.service._config import (
     load_config,
     parse_config,
 )
+from gateway.service._logs import AccessLog, ServiceLog, StateLog, configure_logging
 from gateway.service._metrics import GatewayMetrics
 from gateway.service._middleware import (
     CALLER_SCOPE_KEY,
@@ -47,6 +48,7 @@ __all__ = [
     "PRINCIPAL_SCOPE_KEY",
     "REQUEST_ID_SCOPE_KEY",
     "TOOL_RESULTS",
+    "AccessLog",
     "ApiKey",
     "AuthConfig",
     "AuthFailure",
@@ -65,10 +67,13 @@ __all__ = [
     "McpConfig",
     "McpUpstreamConfig",
     "ResultCode",
+    "ServiceLog",
+    "StateLog",
     "api_key_digest",
     "build_components",
     "build_engine",
     "build_path_view",
+    "configure_logging",
     "error_body",
     "expand",
     "import_tools",

@@ -38,6 +38,8 @@ from gateway.service._config_models import LogTable
 
 _LOG: Final = logging.getLogger("gateway.service")
 ACCESS_LOG: Final = logging.getLogger("gateway.access")
+#: The start-up line's logger: written whatever ``[log] level`` says (set by configure_logging).
+STARTUP_LOG: Final = logging.getLogger("gateway.startup")
 
 #: Log formats (``[log] format``).
 LOG_FORMATS: Final = ("text", "json")
@@ -236,13 +238,13 @@ def startup_line(startup: Startup) -> str:
     where = f" on {startup.listening}" if startup.listening else ""
     audit = startup.audit if startup.audit is not None else "off"
     return (
-        f"gateway {startup.surface}{where}: serving {len(startup.tools)} tool(s) [{shown}]; "
+        f"gateway {startup.surface}: serving {len(startup.tools)} tools{where} [{shown}]; "
         f"engine {engine_name(startup.engine)}, decision {startup.decision_path}, "
         f"policy revision {startup.revision}; audit {audit}"
     )
 
 
-def log_startup(startup: Startup, logger: logging.Logger = _LOG) -> None:
+def log_startup(startup: Startup, logger: logging.Logger = STARTUP_LOG) -> None:
     """Write the start-up line."""
     logger.info("%s", startup_line(startup))
 
@@ -302,6 +304,8 @@ def configure_logging(table: LogTable, *, stream: TextIO | None = None) -> loggi
         root.removeHandler(existing)
     root.addHandler(handler)
     root.setLevel(getattr(logging, table.level.upper()))
+    STARTUP_LOG.setLevel(logging.INFO)  # one line an operator always wants
+    ACCESS_LOG.setLevel(logging.INFO if table.access else logging.WARNING)
     quiet_libraries()
     return handler
 
