@@ -52,13 +52,15 @@ from gateway.service._config import (
     audit_key_from_file,
     check_listener,
 )
+from gateway.service._scaffold import WRITTEN, ScaffoldError, scaffold
 
 #: What ``gateway --help`` says the command is (plain text, every subcommand named).
 DESCRIPTION = (
     "A policy-as-code authorization gateway for tool calls: serve tools over HTTP (serve) or "
     "MCP (mcp) behind an OPA policy, decide one call without running it (check), check that "
-    "the policy covers every tool (gate), verify an audit trail (audit verify), and replay "
-    "recorded decisions against a candidate policy (replay)."
+    "the policy covers every tool (gate), verify an audit trail (audit verify), replay "
+    "recorded decisions against a candidate policy (replay), and start a new gateway in a "
+    "folder of its own (init)."
 )
 
 
@@ -262,6 +264,23 @@ def _serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _init(args: argparse.Namespace) -> int:
+    try:
+        made = scaffold(args.directory, tenant=args.tenant)
+    except (ScaffoldError, OSError) as exc:
+        print(f"gateway init: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    config = made.config
+    print(f"gateway init: wrote {', '.join(WRITTEN)} in {made.directory}", file=sys.stderr)
+    print(f"API key (shown once; the config keeps only its SHA-256): {made.api_key}")
+    print(f"serve it:  gateway serve --config {config}")
+    print(
+        'call it:   curl -s --json \'{"id":"1","name":"add","arguments":{"a":2,"b":3}}\' '
+        f"-H 'X-API-Key: {made.api_key}' http://127.0.0.1:8080/v1/calls"
+    )
+    return EXIT_OK
+
+
 def _mcp(args: argparse.Namespace) -> int:
     from gateway.mcp import run_mcp  # noqa: PLC0415 - only this command needs the MCP SDK
 
@@ -402,6 +421,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-level", default="warning", choices=["debug", "info", "warning", "error"]
     )
     mcp.set_defaults(handler=_mcp)
+
+    init = commands.add_parser(
+        "init",
+        help="write a working gateway into a new folder",
+        description="Write a configuration, a tools module, the shipped policies and their "
+        "compiled bundle into DIR (new or empty), with a fresh API key for one caller, printed "
+        "once. Then: gateway serve --config DIR/gateway.toml",
+    )
+    init.add_argument("directory", metavar="DIR", help="the folder to create (or an empty one)")
+    init.add_argument("--tenant", default="acme", help="the caller's tenant (default: acme)")
+    init.set_defaults(handler=_init)
 
     add_replay_command(commands)
     return parser
