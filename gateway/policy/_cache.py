@@ -7,6 +7,12 @@ is the authorizer's own limit: an engine whose state can change unseen sets it),
 produced it (the revision is part of the key). Errors and undefined or malformed decisions
 are never cached. Two callers whose context differs in any field never share an entry,
 because the whole input document (tool, arguments, context) is in the key.
+
+A hit takes no lock: the entries are read with one dictionary lookup and the entry's expiry
+is checked against the clock on every read, so a hit is exactly as fresh as the bound above
+(stores, evictions and invalidation take the lock). Capacity evictions go to the least
+recently used entries by the second-chance rule: a hit marks its entry, and an eviction
+spares a marked entry once (unmarking it and moving it behind the others).
 """
 
 from __future__ import annotations
@@ -15,15 +21,15 @@ import asyncio
 import concurrent.futures
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Final
 
-import cachetools
-
 from gateway._authorization import Authorization, Decision, read_answer
+from gateway._definition import ToolDefinition
 from gateway.policy._context import current_caller
-from gateway.policy._document import InputDocument
+from gateway.policy._document import InputDocument, current_state_input
 from gateway.policy._errors import PolicyError
 from gateway.policy._paths import PathView
 
@@ -32,6 +38,11 @@ DecisionFunction = Callable[[InputDocument], Awaitable[Decision | bool]]
 CacheKey = tuple[str, str, str, str]
 
 DEFAULT_MAX_TTL: Final = 30.0
+
+# The document digests of small, repeated calls, by (definition, argument bytes, context):
+# a pure function of them when no path view resolves the arguments. Bounded by both.
+_DIGEST_MEMO_MAX_BYTES: Final = 2048
+_DIGEST_MEMO_ENTRIES: Final = 2048
 
 
 class CoalescedEvaluationError(PolicyError):
@@ -51,16 +62,14 @@ class CacheStats:
     size: int
 
 
-class _Entries(cachetools.TLRUCache[CacheKey, tuple[Decision, float]]):
-    # Overridden to count capacity evictions; expiry goes through expire(), not here.
-    def __init__(self, maxsize: int, timer: Clock, on_evict: Callable[[], None]) -> None:
-        super().__init__(maxsize, ttu=lambda _key, value, _now: value[1], timer=timer)
-        self._on_evict = on_evict
+class _Entry:
+    # ``used`` is set by a lock-free hit (one attribute store) and read by evictions.
+    __slots__ = ("decision", "expires", "used")
 
-    def popitem(self) -> tuple[CacheKey, tuple[Decision, float]]:
-        item = super().popitem()
-        self._on_evict()
-        return item
+    def __init__(self, decision: Decision, expires: float) -> None:
+        self.decision = decision
+        self.expires = expires
+        self.used = False
 
 
 class DecisionCache:
@@ -88,15 +97,47 @@ class DecisionCache:
         self._max_ttl = float(max_ttl)
         self._default_ttl = float(default_ttl)
         self._evictions = 0
-        self._entries = _Entries(maxsize, clock, self._count_eviction)
+        self._maxsize = maxsize
+        # Read without the lock (a lookup of str-tuple keys never runs Python code, so it
+        # is atomic); changed only under it.
+        self._entries: OrderedDict[CacheKey, _Entry] = OrderedDict()
         self._inflight: dict[CacheKey, concurrent.futures.Future[Decision]] = {}
         self._generation = 0
         self._hits = 0
         self._misses = 0
         self._coalesced = 0
 
-    def _count_eviction(self) -> None:
-        self._evictions += 1
+    def _live(self, key: CacheKey) -> Decision | None:
+        # The lock-free read: a live entry is marked used and counted as a hit. The hit
+        # counter is exact for callers on one thread (an event loop); threads hitting at
+        # the same instant may undercount it, never the decisions served.
+        entry = self._entries.get(key)
+        if entry is None or not self._clock() < entry.expires:
+            return None
+        entry.used = True
+        self._hits += 1
+        return entry.decision
+
+    def _expire(self, now: float) -> None:
+        # Under the lock: drop every expired entry (not counted as evictions).
+        dead = [key for key, entry in self._entries.items() if not now < entry.expires]
+        for key in dead:
+            del self._entries[key]
+
+    def _make_room(self, now: float) -> None:
+        # Under the lock, before a store of a new key: expired entries go first, then the
+        # least recently used by the second-chance rule (a marked entry is spared once).
+        entries = self._entries
+        if len(entries) < self._maxsize:
+            return
+        self._expire(now)
+        while len(entries) >= self._maxsize:
+            key, entry = entries.popitem(last=False)
+            if entry.used:
+                entry.used = False
+                entries[key] = entry
+            else:
+                self._evictions += 1
 
     @property
     def clock(self) -> Clock:
@@ -120,13 +161,8 @@ class DecisionCache:
         return max(0.0, min(float(wanted), limit))
 
     def get(self, key: CacheKey) -> Decision | None:
-        """A live decision for ``key``, or ``None``."""
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is None:
-                return None
-            self._hits += 1
-            return entry[0]
+        """A live decision for ``key``, or ``None`` (takes no lock)."""
+        return self._live(key)
 
     def put(
         self,
@@ -149,9 +185,14 @@ class DecisionCache:
             return False
         expires = started + ttl
         with self._lock:
-            if generation != self._generation or expires <= self._clock():
+            now = self._clock()
+            if generation != self._generation or expires <= now:
                 return False
-            self._entries[key] = (replace(decision, cached=True), expires)
+            if key in self._entries:
+                del self._entries[key]
+            else:
+                self._make_room(now)
+            self._entries[key] = _Entry(replace(decision, cached=True), expires)
             return True
 
     def invalidate(self) -> None:
@@ -174,7 +215,7 @@ class DecisionCache:
     def stats(self) -> CacheStats:
         """A snapshot of the counters."""
         with self._lock:
-            self._entries.expire()
+            self._expire(self._clock())
             return CacheStats(
                 hits=self._hits,
                 misses=self._misses,
@@ -198,11 +239,15 @@ class DecisionCache:
         When the shared evaluation fails (or its caller is cancelled), every waiter gets a
         failure too (no decision) and nothing is cached.
         """
+        hit = self._live(key)
+        if hit is not None:
+            return hit
         with self._lock:
             entry = self._entries.get(key)
-            if entry is not None:
+            if entry is not None and self._clock() < entry.expires:
+                entry.used = True
                 self._hits += 1
-                return entry[0]
+                return entry.decision
             pending = self._inflight.get(key)
             if pending is not None:
                 self._coalesced += 1
@@ -288,6 +333,8 @@ class CachingAuthorizer:
         self._path = path
         self._revision = revision
         self._cache = cache
+        # Read without a lock (a lost store only costs a recomputation); cleared when full.
+        self._digests: dict[tuple[ToolDefinition, bytes, bytes], str] = {}
 
     @property
     def cache(self) -> DecisionCache | None:
@@ -304,10 +351,38 @@ class CachingAuthorizer:
 
     async def authorize(self, authorization: Authorization) -> Decision:
         """Decide on one authorization, through the cache when there is one."""
-        document = InputDocument(authorization, current_caller(), path_view=self._path_view)
-        if self._cache is None:
+        context = current_caller()
+        cache = self._cache
+        # A decision on session state (counts, labels) is never cached (gateway.state).
+        if cache is None or current_state_input() is not None:
+            document = InputDocument(authorization, context, path_view=self._path_view)
             return await self._evaluate(document)
-        key: CacheKey = (self._engine, self._path, self._revision(), document.digest)
-        return await self._cache.get_or_evaluate(
+        definition, arguments = authorization.definition, authorization.arguments
+        view = self._path_view
+        memo: tuple[ToolDefinition, bytes, bytes] | None = None
+        digest: str | None = None
+        # Where a path view resolves the arguments, the facts (so the digest) may change
+        # from one call to the next: never remembered.
+        if len(arguments) <= _DIGEST_MEMO_MAX_BYTES and (
+            view is None or not view.covers(definition.name)
+        ):
+            memo = (definition, arguments, context.json)
+            digest = self._digests.get(memo)
+        built: InputDocument | None = None
+        if digest is None:
+            built = InputDocument(authorization, context, path_view=view)
+            digest = built.digest
+            if memo is not None:
+                if len(self._digests) >= _DIGEST_MEMO_ENTRIES:
+                    self._digests.clear()
+                self._digests[memo] = digest
+        key: CacheKey = (self._engine, self._path, self._revision(), digest)
+        hit = cache.get(key)
+        if hit is not None:
+            return hit
+        document = (
+            built if built is not None else InputDocument(authorization, context, path_view=view)
+        )
+        return await cache.get_or_evaluate(
             key, lambda: self._evaluate(document), max_age=self._max_age
         )

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from gateway import (
@@ -925,3 +925,95 @@ def test_put_refuses_what_must_not_be_cached(decision: Decision, generation_offs
     )
 
     assert (stored, cache.get(KEY)) == (False, None)
+
+
+# --- the lock-free hit path against a model ------------------------------------------------
+
+_OPERATIONS = st.lists(
+    st.one_of(
+        st.tuples(st.just("call"), st.integers(0, 2), st.integers(0, 1)),
+        st.tuples(st.just("advance"), st.sampled_from([0.5, 1.0, 2.5, 4.0])),
+        st.tuples(st.just("invalidate")),
+        st.tuples(st.just("revise")),
+    ),
+    max_size=60,
+)
+
+
+@given(operations=_OPERATIONS, maxsize=st.integers(1, 4))
+@example(operations=[("call", 0, 0), ("advance", 4.0), ("call", 0, 0)], maxsize=2)
+@example(operations=[("call", 0, 0), ("advance", 2.5), ("call", 0, 0)], maxsize=1)
+@example(operations=[("call", 0, 0), ("invalidate",), ("call", 0, 0)], maxsize=2)
+@example(operations=[("call", 0, 0), ("revise",), ("call", 0, 0)], maxsize=2)
+@example(operations=[("call", 0, 0), ("call", 0, 1), ("call", 1, 0), ("call", 0, 0)], maxsize=2)
+def test_every_answer_is_the_callers_own_and_no_hit_outlives_its_ttl_invalidation_or_revision(
+    operations: list[tuple[Any, ...]], maxsize: int
+) -> None:
+    # A model of the staleness bound: a hit for (arguments, context) is only ever the
+    # decision its own evaluation returned, under the same revision, with no invalidate
+    # since, less than its TTL (3 s) after that evaluation started; the cache never holds
+    # more than maxsize entries.
+    clock = FakeClock()
+    cache = DecisionCache(clock=clock, maxsize=maxsize, max_ttl=3)
+    revision = [0]
+
+    def answer(document: InputDocument) -> Decision:
+        return Decision(
+            True, message=f"{document.arguments!r} {document.context.json!r}", cache_ttl=30
+        )
+
+    decide = Decide(answer)
+    authorizer = caching(decide, cache, revision=lambda: str(revision[0]))
+    evaluated: dict[tuple[int, int], tuple[float, int, int]] = {}
+    invalidations = 0
+
+    async def scenario() -> None:
+        nonlocal invalidations
+        for operation in operations:
+            if operation[0] == "call":
+                _, argument, caller = operation
+                arguments = json.dumps({"query": f"q{argument}"})
+                with caller_context(subject=f"caller-{caller}"):
+                    before = decide.count
+                    decision = await authorizer.authorize(authorization(arguments))
+                    expected = answer(decide.documents[-1]).message
+                key = (argument, caller)
+                if decide.count > before:
+                    assert not decision.cached
+                    evaluated[key] = (clock(), revision[0], invalidations)
+                else:
+                    started, at_revision, at_invalidations = evaluated[key]
+                    assert decision.cached
+                    assert clock() < started + 3
+                    assert (at_revision, at_invalidations) == (revision[0], invalidations)
+                    assert decision.message is not None
+                    assert f"q{argument}" in decision.message
+                    assert f"caller-{caller}" in decision.message
+                if not decision.cached:
+                    assert decision.message == expected
+            elif operation[0] == "advance":
+                clock.advance(operation[1])
+            elif operation[0] == "invalidate":
+                cache.invalidate()
+                invalidations += 1
+            else:
+                revision[0] += 1
+        # Last: counting the entries drops the expired ones, which the calls must not need.
+        assert cache.stats().size <= maxsize
+
+    asyncio.run(scenario())
+
+
+def test_a_hit_marks_its_entry_so_that_the_next_eviction_spares_it_once() -> None:
+    cache = DecisionCache(clock=FakeClock(), maxsize=2)
+    keys = [("e", "p", "r", name) for name in "abcd"]
+    for key in keys[:2]:
+        cache.put(key, ALLOW_30S, started=cache.clock(), generation=cache.generation)
+    assert cache.get(keys[0]) is not None  # "a" used: "b" is the one to go
+
+    cache.put(keys[2], ALLOW_30S, started=cache.clock(), generation=cache.generation)
+    cache.put(keys[3], ALLOW_30S, started=cache.clock(), generation=cache.generation)
+
+    # "a" was spared once (then unmarked), so the fourth store evicted it before "c".
+    assert [cache.get(key) is not None for key in keys] == [False, False, True, True]
+    assert cache.stats().evictions == 2
