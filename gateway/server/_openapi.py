@@ -111,12 +111,16 @@ def openapi_document() -> dict[str, Any]:
                                 }
                             },
                         },
+                        "202": _error(
+                            "The call awaits approval (approval_id, approval_url): not run"
+                        ),
                         "400": _error("Malformed request or invalid arguments"),
                         "401": _error("Unauthenticated"),
                         "403": _error("Denied by policy (public message only)"),
                         "404": _error("Unknown tool"),
                         "413": _error("Body too large"),
                         "500": _error("The tool raised an unexpected error"),
+                        "502": _error("The tool ran; its output could not be redacted"),
                         "503": _error(
                             "No policy decision, or the audit trail could not be written"
                         ),

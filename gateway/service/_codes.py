@@ -99,6 +99,18 @@ class ResultCode(enum.StrEnum):
         "audit_failed", 503, "rejected", 2, False,
         "the audit trail could not be written: the tool did not run",
     )  # fmt: skip
+    APPROVAL_PENDING = (
+        "approval_pending", 202, "pending", 2, False,
+        "the call awaits a person's approval: it did not run; poll the approval it names",
+    )  # fmt: skip
+    OBLIGATION_UNFULFILLED = (
+        "obligation_unfulfilled", 403, "rejected", 2, False,
+        "the policy obliges something unknown or impossible for this call: it did not run",
+    )  # fmt: skip
+    OUTPUT_WITHHELD = (
+        "output_withheld", 502, "failed", 0, True,
+        "the tool ran, but its output could not be redacted as the policy requires: none is shown",
+    )  # fmt: skip
 
     @property
     def no_decision(self) -> bool:

@@ -50,7 +50,9 @@ from gateway._failure import Failure
 from gateway._guard import Guard
 from gateway._output import ToolOutput
 from gateway._registry import Registry
+from gateway.approvals import ApprovalGate, ApprovalPendingError
 from gateway.audit import AuditingAuthorizer, AuditScope, AuditTrail, AuditWriteError
+from gateway.obligations import OutputWithheldError, UnfulfilledObligationError
 from gateway.policy import CallerContext, caller_context
 from gateway.service._codes import ResultCode, result_code
 from gateway.service._metrics import GatewayMetrics
@@ -59,6 +61,10 @@ from gateway.state import CallTracker, session_context, track_call, valid_sessio
 
 _LOG: Final = logging.getLogger("gateway.server")
 _NO_DECISION: Final = "no policy decision could be made; the call was not run"
+_UNFULFILLED: Final = (
+    "the policy requires something that cannot be done for this call; it was not run"
+)
+_WITHHELD: Final = "the tool ran, but its output could not be redacted as the policy requires"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -71,6 +77,7 @@ class CallResult:
         message: public text for the caller (never engine internals).
         output: the tool's output, or a tool Failure's public output.
         decision_id: the policy decision's id, when a decision was made.
+        approval_id: the approval the call awaits (code ``approval_pending``).
     """
 
     status: int
@@ -78,6 +85,7 @@ class CallResult:
     message: str | None = None
     output: ToolOutput | None = None
     decision_id: str | None = None
+    approval_id: str | None = None
 
     @classmethod
     def of(
@@ -86,9 +94,10 @@ class CallResult:
         message: str | None = None,
         output: ToolOutput | None = None,
         decision_id: str | None = None,
+        approval_id: str | None = None,
     ) -> CallResult:
         """The result for ``code``, with the table's HTTP status."""
-        return cls(code.status, code.value, message, output, decision_id)
+        return cls(code.status, code.value, message, output, decision_id, approval_id)
 
     @property
     def ok(self) -> bool:
@@ -137,24 +146,37 @@ class _DecisionStep:
     # The authorizer of every served tool's Guard: asks the policy, through the audit trail
     # when there is one, and keeps a well-formed decision in the call's scope. Outside a
     # pipeline call (a served binding called directly) it still asks the policy.
-    __slots__ = ("_auditing", "_observer", "_policy")
+    __slots__ = ("_approvals", "_auditing", "_observer", "_policy")
 
     def __init__(
-        self, policy: Authorizer, audit: AuditTrail | None, observer: CallObserver
+        self,
+        policy: Authorizer,
+        audit: AuditTrail | None,
+        observer: CallObserver,
+        approvals: ApprovalGate | None = None,
     ) -> None:
         self._policy = policy
         self._auditing = AuditingAuthorizer(policy, audit) if audit is not None else None
         self._observer = observer
+        self._approvals = approvals
+
+    async def _ask(self, authorization: Authorization, scope: CallScope | None) -> bool | Decision:
+        if self._auditing is not None:
+            audit = scope.audit if scope is not None else None
+            return await self._auditing.authorize(authorization, scope=audit)
+        return await self._policy.authorize(authorization)
 
     async def authorize(self, authorization: Authorization) -> bool | Decision:
         scope = _SCOPE.get()
         with self._observer.deciding(authorization) as watch:
             try:
-                if self._auditing is not None:
-                    audit = scope.audit if scope is not None else None
-                    answer = await self._auditing.authorize(authorization, scope=audit)
+                if self._approvals is not None:
+                    # The approval steps around the audited decision (see gateway.approvals).
+                    answer = await self._approvals.decide(
+                        authorization, lambda: self._ask(authorization, scope)
+                    )
                 else:
-                    answer = await self._policy.authorize(authorization)
+                    answer = await self._ask(authorization, scope)
             except Exception as exc:
                 watch.failed(exc)
                 raise
@@ -224,6 +246,8 @@ class Gateway:
         limits: admission limits for every tool.
         metrics: where to count decisions and latencies.
         observer: told about every decision and tool run (logs, traces).
+        approvals: the approval gate for decisions that require a person's approval
+            (``None``: such a decision cannot be fulfilled, and the call is refused).
     """
 
     def __init__(
@@ -235,12 +259,13 @@ class Gateway:
         limits: AdmissionLimits = DEFAULT_LIMITS,
         metrics: GatewayMetrics | None = None,
         observer: CallObserver = NO_OBSERVER,
+        approvals: ApprovalGate | None = None,
     ) -> None:
         self._audit = audit
         self._metrics = metrics
         self._authorizer = authorizer
         self._observer = observer
-        step = _DecisionStep(authorizer, audit, observer)
+        step = _DecisionStep(authorizer, audit, observer, approvals)
         guarded = [Guard(tool=tool, authorizer=step) for tool in expand(tools)]
         self._registry = Registry(*guarded, limits=limits)
 
@@ -361,13 +386,9 @@ class Gateway:
             )
             return CallResult.of(code, failure.output.text(), failure.output, scope.decision_id)
         except AuthorizationError as exc:
-            # Recognised by the cause: the core only adopts the policy layer's codes, so an
-            # audit failure would otherwise be reported as a plain "no_decision".
-            if isinstance(exc.cause, AuditWriteError) or exc.code == "audit_failed":
-                return CallResult.of(
-                    ResultCode.AUDIT_FAILED, "the call could not be audited; it was not run"
-                )
-            return CallResult.of(result_code(exc.code), _NO_DECISION)
+            return _not_run(exc, scope)
+        except OutputWithheldError:
+            return CallResult.of(ResultCode.OUTPUT_WITHHELD, _WITHHELD, None, scope.decision_id)
         except Exception as exc:  # noqa: BLE001 - a tool's unexpected error is reported, not leaked
             # The message may repeat argument values (a password, a token): log where it
             # happened and its type, never its text.
@@ -410,6 +431,28 @@ def _finish_later(tracker: CallTracker, outcome: str) -> None:
     task = asyncio.ensure_future(tracker.finish(outcome))
     _FINISHING.add(task)
     task.add_done_callback(_FINISHING.discard)
+
+
+def _not_run(exc: AuthorizationError, scope: CallScope) -> CallResult:
+    # Recognised by the cause: the core only adopts the policy layer's codes, so an audit
+    # failure would otherwise be reported as a plain "no_decision".
+    cause = exc.cause
+    if isinstance(cause, AuditWriteError) or exc.code == "audit_failed":
+        return CallResult.of(
+            ResultCode.AUDIT_FAILED, "the call could not be audited; it was not run"
+        )
+    if isinstance(cause, ApprovalPendingError):
+        return CallResult.of(
+            ResultCode.APPROVAL_PENDING,
+            cause.public_message,
+            decision_id=scope.audit.decision_id,
+            approval_id=cause.approval_id,
+        )
+    if isinstance(cause, UnfulfilledObligationError):
+        return CallResult.of(
+            ResultCode.OBLIGATION_UNFULFILLED, _UNFULFILLED, None, scope.decision_id
+        )
+    return CallResult.of(result_code(exc.code), _NO_DECISION)
 
 
 def _outcome(result: CallResult | None) -> tuple[str, str | None, str | None]:

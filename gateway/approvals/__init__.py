@@ -1,0 +1,49 @@
+"""Human approval bound to the exact call (the ``require_approval`` obligation).
+
+See :mod:`gateway.approvals._gate` for the steps and ``policies/README.md``, "Approvals",
+for what the policy sees.
+"""
+
+from gateway.approvals._gate import (
+    APPROVAL_MEMBER,
+    DEFAULT_TTL_S,
+    ApprovalDesk,
+    ApprovalGate,
+    ApprovalPendingError,
+    AuditEvents,
+    call_key,
+)
+from gateway.approvals._store import (
+    APPROVED,
+    PENDING,
+    REJECTED,
+    USED,
+    VOID,
+    Approval,
+    ApprovalError,
+    ApprovalKey,
+    ApprovalStore,
+    FileApprovalStore,
+    MemoryApprovalStore,
+)
+
+__all__ = [
+    "APPROVAL_MEMBER",
+    "APPROVED",
+    "DEFAULT_TTL_S",
+    "PENDING",
+    "REJECTED",
+    "USED",
+    "VOID",
+    "Approval",
+    "ApprovalDesk",
+    "ApprovalError",
+    "ApprovalGate",
+    "ApprovalKey",
+    "ApprovalPendingError",
+    "ApprovalStore",
+    "AuditEvents",
+    "FileApprovalStore",
+    "MemoryApprovalStore",
+    "call_key",
+]
