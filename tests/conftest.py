@@ -60,6 +60,9 @@ INTEGRATION_FIXTURES: Final = frozenset(
         "environment",
         "baseline_engine",
         "candidate_engine",
+        # a real redis-server
+        "redis_server",
+        "durable_redis",
     }
 )
 

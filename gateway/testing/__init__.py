@@ -4,7 +4,8 @@ Use these instead of monkeypatching: ``StaticAuthorizer`` and ``RecordingAuthori
 the Authorizer protocol, ``RecordingTool`` for Tool, ``FakeClock`` for every ``clock=``
 parameter, ``GatedFsync`` for a file sink's ``sync_file``, ``GatedEngine`` for an engine that
 answers only when a test lets it, ``OpaServer`` to run a real
-``opa`` binary on loopback, and ``BundleServer`` to serve bundles as OPA's bundle servers do.
+``opa`` binary on loopback, ``BundleServer`` to serve bundles as OPA's bundle servers do,
+and ``RedisServer`` to run a real ``redis-server`` on loopback (killed, paused, restarted).
 """
 
 from gateway.testing._bundle_server import BundleServer
@@ -14,6 +15,7 @@ from gateway.testing._fsync import GatedFsync
 from gateway.testing._gated import GatedEngine
 from gateway.testing._live_server import LiveServer
 from gateway.testing._opa_server import OpaContainer, OpaServer, find_opa_binary
+from gateway.testing._redis_server import RedisServer, find_redis_binary
 
 __all__ = [
     "UNDEFINED",
@@ -26,7 +28,9 @@ __all__ = [
     "OpaServer",
     "RecordingAuthorizer",
     "RecordingTool",
+    "RedisServer",
     "StaticAuthorizer",
     "StaticEngine",
     "find_opa_binary",
+    "find_redis_binary",
 ]
