@@ -13,6 +13,8 @@ import concurrent.futures
 import contextlib
 import enum
 import fcntl
+import hashlib
+import hmac
 import os
 import threading
 import time
@@ -31,7 +33,6 @@ from gateway.audit._chain import (
     head_path,
     lock_path,
     read_head,
-    record_hash,
     trail_files,
     writer_path,
 )
@@ -76,17 +77,48 @@ class AuditSink(Protocol):
 
 
 class _Chainer:
+    # Chains each record with one canonical encoding: the members that sort before
+    # ``hash`` and those after it are encoded apart, so that the hashed body (every member
+    # but ``hash``) and the line (with it) are both spliced from the same two encodings.
+    # The result is byte for byte ``encode(record)`` and ``record_hash`` (a property test
+    # holds it to them).
     def __init__(self, key: bytes | None, seq: int = 0, prev: str = GENESIS) -> None:
         self.key = key
         self.seq = seq
         self.prev = prev
 
     def chain(self, record: Mapping[str, Any]) -> dict[str, Any]:
-        chained = {**record, "seq": self.seq + 1, "prev": self.prev}
-        chained["hash"] = record_hash(chained, self.prev, self.key)
-        self.seq += 1
-        self.prev = chained["hash"]
+        chained, _ = self.chain_line(record)
         return chained
+
+    def chain_line(self, record: Mapping[str, Any]) -> tuple[dict[str, Any], bytes]:
+        """The chained record and its line; the chain advances only if both are made.
+
+        Raises:
+            TypeError, ValueError: the record is not JSON (a member name that is not a
+                string, a lone surrogate, NaN ...).
+        """
+        seq, prev = self.seq + 1, self.prev
+        before: dict[str, Any] = {}
+        after: dict[str, Any] = {}
+        for name, value in record.items():
+            if name < "hash":
+                before[name] = value
+            elif name > "hash":
+                after[name] = value
+        after["seq"] = seq
+        after["prev"] = prev
+        tail = encode(after)[1:]  # "seq" and "prev" sort after "hash": never empty
+        head = encode(before)[:-1] + b"," if before else b"{"
+        payload = prev.encode("ascii") + b"\n" + head + tail
+        if self.key is not None:
+            digest = hmac.digest(self.key, payload, "sha256").hex()
+        else:
+            digest = hashlib.sha256(payload).hexdigest()
+        line = b"".join((head, b'"hash":"', digest.encode("ascii"), b'",', tail, b"\n"))
+        chained = {**before, **after, "hash": digest}
+        self.seq, self.prev = seq, digest
+        return chained, line
 
 
 class MemorySink:
@@ -327,14 +359,14 @@ class JsonlFileSink:
             # A record that is not JSON (a lone surrogate in a call id, say) fails alone; the
             # chain only advances for records that encode, so the trail stays whole and usable.
             try:
-                chained = self._chainer.chain(record)
+                chained, line = self._chainer.chain_line(record)
             except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
                 future.set_exception(
                     AuditWriteError(f"audit record is not JSON: {type(exc).__name__}")
                 )
                 return
             try:
-                durable = self._append(encode(chained) + b"\n")
+                durable = self._append(line)
             except Exception as exc:  # noqa: BLE001 - any I/O failure breaks the sink closed
                 self._broken = exc
                 failed, self._waiters = self._waiters, []

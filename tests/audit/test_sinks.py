@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gateway import _json
 from gateway.audit import (
@@ -25,6 +27,7 @@ from gateway.audit import (
     verify,
 )
 from gateway.audit._chain import read_head
+from gateway.audit._sinks import _Chainer
 
 WAIT = 30  # seconds; a safety net for a hung writer, never reached by a passing test
 
@@ -364,3 +367,51 @@ def test_reopening_refuses_a_trail_whose_last_record_is_malformed(tmp_path: Path
 
     with pytest.raises(AuditWriteError, match="malformed last record"):
         JsonlFileSink(path)
+
+
+# --- one encoding per record -----------------------------------------------------------------
+
+_NAMES = st.one_of(
+    st.sampled_from(["hash", "seq", "prev", "has", "hasg", "hash_", "hasi", "h", "", "é", "type"]),
+    st.text(max_size=6),
+)
+_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@given(
+    records=st.lists(st.dictionaries(_NAMES, _VALUES, max_size=8), min_size=1, max_size=4),
+    key=st.one_of(st.none(), st.binary(min_size=1, max_size=40)),
+)
+def test_each_line_is_the_canonical_encoding_of_its_record_and_its_hash_the_chain_hash(
+    records: list[dict[str, Any]], key: bytes | None
+) -> None:
+    sink = MemorySink(key=key)
+    prev = GENESIS
+    for record in records:
+        chained = sink.submit(record).result(WAIT)
+        assert chained == {**record, "seq": chained["seq"], "prev": prev, "hash": chained["hash"]}
+        assert chained["hash"] == record_hash(chained, prev, key)
+        prev = chained["hash"]
+    chainer = _Chainer(key)
+    for record, line in zip(records, sink.lines(), strict=True):
+        assert chainer.chain_line(record)[1] == line
+
+
+def test_a_record_whose_member_name_is_not_a_string_fails_alone(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    with JsonlFileSink(path, fsync="none") as sink:
+        bad = sink.submit({1: "x"})  # type: ignore[dict-item]
+        good = sink.submit({"n": 1}).result(WAIT)
+    assert isinstance(bad.exception(WAIT), AuditWriteError)
+    assert good["seq"] == 1
+    assert check(path) == (True, 1, None)
