@@ -22,7 +22,9 @@ from starlette.types import ASGIApp
 from gateway import _json
 from gateway._call import ToolCall
 from gateway._output import MediaContent, TextContent, ToolOutput
+from gateway.approvals import ApprovalDesk
 from gateway.policy import EMPTY_CONTEXT, CallerContext
+from gateway.server._approvals import ApprovalsApi, approval_url, is_approval_path
 from gateway.server._openapi import openapi_document
 from gateway.service import (
     CALLER_SCOPE_KEY,
@@ -95,8 +97,11 @@ class GatewayApp:
         max_body_bytes: int = 2 * 1024 * 1024,
         lifespan: Callable[[Starlette], contextlib.AbstractAsyncContextManager[None]] | None = None,
         access_log: bool = False,
+        approvals: ApprovalDesk | None = None,
     ) -> None:
         self._gateway = gateway
+        # /v1/approvals, behind its own authentication (its paths hold the approval id).
+        self._approvals = ApprovalsApi(approvals, authenticator) if approvals is not None else None
         self._ready = ready
         self._metrics = metrics
         self._limit = max_body_bytes
@@ -118,6 +123,9 @@ class GatewayApp:
             self._asgi = AccessLog(self._asgi)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if self._approvals is not None and is_approval_path(scope.get("path")):
+            await self._approvals(scope, receive, send)
+            return
         await self._asgi(scope, receive, send)
 
     def _count_refusal(self, scope: Any) -> None:
@@ -217,6 +225,12 @@ class GatewayApp:
                 "request_id": request_id,
             }
             return self._respond("calls", 200, body, request_id)
+        if result.code == "approval_pending" and result.approval_id is not None:
+            body = error_body(result.code, result.message or result.code, request_id)
+            body["decision_id"] = result.decision_id
+            body["approval_id"] = result.approval_id
+            body["approval_url"] = approval_url(result.approval_id)
+            return self._respond("calls", 202, body, request_id)
         return self._error(
             "calls",
             result.status,

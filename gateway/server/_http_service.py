@@ -54,6 +54,7 @@ def build_service(config: GatewayConfig) -> Service:
         max_body_bytes=config.server.max_body_bytes,
         lifespan=lifespan,
         access_log=config.log.access,
+        approvals=components.desk,
     )
     service = Service(
         config=config,

@@ -9,11 +9,13 @@ REST engine is opened, and the audit sink closed, by :meth:`Components.open` and
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gateway._contract import Tool
 from gateway._registry import Registry
+from gateway.approvals import ApprovalDesk, ApprovalGate, AuditEvents, FileApprovalStore
 from gateway.audit import (
     DEFAULT_MASKED_KEYS,
     DEFAULT_NAME_PATTERNS,
@@ -58,13 +60,21 @@ class Components:
     replay: Assembly | None = None
     #: Told about every call's decision and tool run (the operator's state lines).
     observer: ServiceObserver | None = None
+    #: The approval gate of every call and the approvers' desk (``[approvals]``), when on.
+    approvals: ApprovalGate | None = None
+    desk: ApprovalDesk | None = None
 
     def gateway(self, tools: Iterable[Tool | Registry]) -> Gateway:
         """A call pipeline serving ``tools`` behind this authorizer, audit trail and metrics."""
         authorizer = self.replay.authorizer if self.replay is not None else self.authorizer
         observer = self.observer if self.observer is not None else NO_OBSERVER
         return Gateway(
-            tools, authorizer=authorizer, audit=self.trail, metrics=self.metrics, observer=observer
+            tools,
+            authorizer=authorizer,
+            audit=self.trail,
+            metrics=self.metrics,
+            observer=observer,
+            approvals=self.approvals,
         )
 
     def log_startup(self, surface: str, gateway: Gateway, listening: str | None = None) -> None:
@@ -202,6 +212,26 @@ def build_path_view(config: GatewayConfig) -> PathView | None:
     return PathView(config.paths.resolve, mounts=config.paths.mounts)
 
 
+def build_approvals(
+    config: GatewayConfig, trail: AuditTrail | None
+) -> tuple[ApprovalGate | None, ApprovalDesk | None]:
+    """The approval gate and desk over one durable store (``[approvals]``), when enabled.
+
+    Raises:
+        ConfigError: approvals without an audit trail (every approval step is recorded).
+    """
+    table = config.approvals
+    if not table.enabled:
+        return None, None
+    if trail is None:
+        raise ConfigError("approvals: every approval step is audited; enable [audit]")
+    assert table.path is not None  # noqa: S101 - validated by the config
+    store = FileApprovalStore(table.path, clock=time.time)
+    events = AuditEvents(trail.sink, clock=time.time)
+    gate = ApprovalGate(store, events=events, default_ttl_s=table.ttl_s)
+    return gate, ApprovalDesk(store, events=events)
+
+
 def build_components(config: GatewayConfig) -> Components:
     """Assemble engine, decision cache, authorizer, audit trail, metrics and authenticator.
 
@@ -251,6 +281,7 @@ def build_components(config: GatewayConfig) -> Components:
         trail = AuditTrail(replay.sink if replay is not None else sink, masker=masker)
     else:
         replay = _assemble_replay(config, authorizer, None, path_view)  # refuses without one
+    gate, desk = build_approvals(config, trail)
     metrics = GatewayMetrics(cache)
     if replay is not None:
         metrics.registry.register(replay.collector)
@@ -264,6 +295,8 @@ def build_components(config: GatewayConfig) -> Components:
         metrics=metrics,
         authenticator=Authenticator(config.auth),
         replay=replay,
+        approvals=gate,
+        desk=desk,
         observer=ServiceObserver(
             ServiceLog(engine.identity, interval=config.log.state_interval_s),
             audited=trail is not None,

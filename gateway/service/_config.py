@@ -8,6 +8,7 @@ paths in the file are resolved against the file's own directory.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib
 import ipaddress
@@ -36,6 +37,7 @@ from gateway.service._config_models import (
     DEFAULT_UPSTREAM_TIMEOUT_S,
     ApiKeysFile,
     ApiKeyTable,
+    ApprovalsTable,
     AuditTable,
     AuthTable,
     CacheTable,
@@ -249,7 +251,19 @@ class GatewayConfig:
     shadow: ShadowSettings | None = None
     #: ``[log]``: level, format, access log.
     log: LogTable = field(default_factory=LogTable)
+    #: ``[approvals]``: the approval store, when on (its path resolved).
+    approvals: ApprovalsTable = field(default_factory=ApprovalsTable)
     source: Path | None = None
+
+
+def _approvals(table: ApprovalsTable, base: Path) -> ApprovalsTable:
+    if not table.enabled:
+        return table
+    if not table.path:
+        raise ConfigError("approvals.path: required when approvals are enabled")
+    if not 0 < table.ttl_s <= 7 * 86400:
+        raise ConfigError("approvals.ttl_s: must be positive and at most a week")
+    return dataclasses.replace(table, path=str(_path(base, table.path)))
 
 
 def _path(base: Path, value: str | None) -> Path | None:
@@ -716,6 +730,7 @@ def parse_config(
         replay=replay,
         shadow=shadow,
         log=file.log,
+        approvals=_approvals(file.approvals, base),
         source=source,
     )
     check_listener(config, config.server.host)

@@ -519,6 +519,24 @@ class LogTable:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalsTable:
+    """``[approvals]``: calls a policy makes wait for a person's approval (`require_approval`)."""
+
+    enabled: bool = key(
+        "Whether calls may wait for approval; off, a decision requiring one refuses the call.",
+        default=False,
+    )
+    path: str | None = key(
+        "The file pending and decided approvals are kept in (durable across restarts); "
+        "required when enabled.",
+        shown="required",
+    )
+    ttl_s: float = key(
+        "How long an approval request stays open when the policy names no `ttl_s`.", 900.0
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ConfigFile:
     """The whole file: one table per surface and part."""
 
@@ -533,3 +551,4 @@ class ConfigFile:
     replay: ReplayTable = key("The replay capture.", factory=ReplayTable)
     shadow: ShadowTable = key("Shadow evaluation.", factory=ShadowTable)
     log: LogTable = key("Logging.", factory=LogTable)
+    approvals: ApprovalsTable = key("Approvals.", factory=ApprovalsTable)
