@@ -130,6 +130,7 @@ class ApprovalGate:
         events: the audit records of approval steps.
         clock: seconds since the epoch (injectable).
         new_id: makes approval ids.
+        default_ttl_s: how long a request stays open when the obligation names no ``ttl_s``.
     """
 
     def __init__(
@@ -139,8 +140,10 @@ class ApprovalGate:
         events: AuditEvents | None = None,
         clock: Callable[[], float] = time.time,
         new_id: Callable[[], str] = lambda: "apr_" + secrets.token_urlsafe(18),
+        default_ttl_s: float = DEFAULT_TTL_S,
     ) -> None:
         self._store = store
+        self._ttl = default_ttl_s
         self._clock = clock
         self._events = events or AuditEvents(None, clock=clock)
         self._new_id = new_id
@@ -217,7 +220,7 @@ class ApprovalGate:
             subject=subject if isinstance(subject, str) else None,
             message=required.message,
             created_at=now,
-            expires_at=now + (required.ttl_s or DEFAULT_TTL_S),
+            expires_at=now + (required.ttl_s or self._ttl),
         )
         await self._events.record("requested", approval, decision_id=decision.decision_id)
         await asyncio.to_thread(self._store.add, approval)
