@@ -270,13 +270,13 @@ def _init(args: argparse.Namespace) -> int:
     except (ScaffoldError, OSError) as exc:
         print(f"gateway init: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    config = made.config
     print(f"gateway init: wrote {', '.join(WRITTEN)} in {made.directory}", file=sys.stderr)
-    print(f"API key (shown once; the config keeps only its SHA-256): {made.api_key}")
-    print(f"serve it:  gateway serve --config {config}")
+    print("The API key of the caller 'me' (shown once; gateway.toml keeps only its SHA-256):")
+    print(f"  export GATEWAY_API_KEY={made.api_key}")
+    print(f"Serve:  gateway serve --config {made.config}")
     print(
-        'call it:   curl -s --json \'{"id":"1","name":"add","arguments":{"a":2,"b":3}}\' '
-        f"-H 'X-API-Key: {made.api_key}' http://127.0.0.1:8080/v1/calls"
+        'Call:   curl -s --json \'{"id":"1","name":"add","arguments":{"a":2,"b":3}}\' '
+        '-H "X-API-Key: $GATEWAY_API_KEY" http://127.0.0.1:8080/v1/calls'
     )
     return EXIT_OK
 

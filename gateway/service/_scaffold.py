@@ -88,9 +88,8 @@ _CONFIG = """\
 
 [engine]
 kind = "embedded"                 # OPA's compiled policy, in process: no OPA server
-bundle = "policies.tar.gz"        # compiled from policies/ (edit them, then rebuild with
-                                  # `opa build -b -t wasm`, or set `policies = "policies"`
-                                  # to compile them at start with the opa binary)
+bundle = "policies.tar.gz"        # the shipped policies, compiled: no opa binary needed
+# policies = "policies"           # instead: compile policies/ at start (needs opa on PATH)
 timeout_s = 1.0
 
 [cache]
