@@ -82,10 +82,13 @@ bench: $(STAMP)
 	REDIS_BIN="$$(scripts/provision-redis)" && export REDIS_BIN && \
 	$(BIN)/python -m benchmarks --json benchmarks/results.json --markdown BENCHMARKS.md
 
-# The HTTP service as shipped (gateway serve) under wrk, which is installed when missing.
+# The HTTP and MCP services as shipped (gateway serve, gateway mcp) under wrk, beside a bare
+# Starlette endpoint and OPA's own server; scripts/provision-wrk installs wrk when missing.
 .PHONY: bench-http
 bench-http: $(STAMP)
-	$(BIN)/python -m benchmarks.wrk
+	OPA_BIN="$$(scripts/provision-opa)" && export OPA_BIN && \
+	WRK_BIN="$$(scripts/provision-wrk)" && export WRK_BIN && \
+	$(BIN)/python -m benchmarks.wrk --json benchmarks/http-results.json --markdown BENCHMARKS-HTTP.md
 
 # The reliability and security suite (faults against a real OPA, load); writes RELIABILITY.md.
 # Phony on its own line: a directory of the same name exists.

@@ -94,6 +94,7 @@ INTEGRATION_MODULES: Final = frozenset(
         "server/test_http.py",
         "server/test_paths.py",
         "server/test_stack.py",
+        "server/test_workers.py",
         "test_cli.py",
         "test_examples.py",
     }

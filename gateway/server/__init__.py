@@ -7,6 +7,7 @@ they are re-exported here under the names this package has always offered.
 from gateway.server._app import GatewayApp, output_json
 from gateway.server._http_service import Service, build_service
 from gateway.server._stack import Stack, run_on_fastest_loop, server_stack
+from gateway.server._workers import serve_workers, worker_audit_path, worker_config
 from gateway.service import (
     Authenticator,
     AuthFailure,
@@ -47,5 +48,8 @@ __all__ = [
     "output_json",
     "parse_config",
     "run_on_fastest_loop",
+    "serve_workers",
     "server_stack",
+    "worker_audit_path",
+    "worker_config",
 ]

@@ -35,6 +35,7 @@ from gateway.service._config_models import (
     DEFAULT_MAX_SESSIONS_PER_CALLER,
     DEFAULT_SESSION_IDLE_TIMEOUT_S,
     DEFAULT_UPSTREAM_TIMEOUT_S,
+    MAX_WORKERS,
     ApiKeysFile,
     ApiKeyTable,
     ApprovalsTable,
@@ -185,6 +186,8 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 8080
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    #: Worker processes of ``gateway serve`` (each its own cache and audit chain).
+    workers: int = 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -599,7 +602,14 @@ def _server(table: ServerTable) -> ServerConfig:
         raise ConfigError("server.port: must be 0-65535")
     if table.max_body_bytes < 1024:
         raise ConfigError("server.max_body_bytes: must be at least 1024")
-    return ServerConfig(host=table.host, port=table.port, max_body_bytes=table.max_body_bytes)
+    if not 1 <= table.workers <= MAX_WORKERS:
+        raise ConfigError(f"server.workers: must be 1-{MAX_WORKERS}")
+    return ServerConfig(
+        host=table.host,
+        port=table.port,
+        max_body_bytes=table.max_body_bytes,
+        workers=table.workers,
+    )
 
 
 def _upstream(

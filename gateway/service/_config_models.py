@@ -42,6 +42,8 @@ DEFAULT_DOWNLOAD_TIMEOUT_S: Final = 10.0
 DEFAULT_CACHE_ENTRIES: Final = 100_000
 #: The largest request body the HTTP surfaces accept by default.
 DEFAULT_MAX_BODY_BYTES: Final = 2 * 1024 * 1024
+#: The most worker processes ``gateway serve`` runs (``server.workers``).
+MAX_WORKERS: Final = 64
 #: The MCP surface's defaults; ``gateway.mcp`` holds the same values (the service layer sits
 #: under it and cannot import it; a test pins them equal).
 DEFAULT_MAX_SESSIONS_PER_CALLER: Final = 8
@@ -394,6 +396,12 @@ class ServerTable:
     port: int = key("The TCP port (0: any free port).", 8080)
     max_body_bytes: int = key(
         "The largest request body accepted (at least 1024).", DEFAULT_MAX_BODY_BYTES
+    )
+    workers: int = key(
+        "Worker processes of `gateway serve` on the one listening socket (1-64). Each has "
+        "its own decision cache and audit chain: with more than one, worker N writes "
+        "`audit.path` with `.N` before its suffix (`audit.jsonl` -> `audit.1.jsonl`).",
+        1,
     )
 
 
