@@ -43,6 +43,7 @@ from gateway.server import (
     expand,
     load_config,
     load_tools,
+    serve_workers,
     server_stack,
 )
 from gateway.service import ResultCode, result_code
@@ -241,6 +242,8 @@ def _serve(args: argparse.Namespace) -> int:
         config = load_config(args.config)
         check_listener(config, args.host or config.server.host)
         _warn_unkeyed(config, "serve")
+        if config.server.workers > 1:
+            return _serve_workers(args, config)
         service = build_service(config)
     except (ConfigError, GatewayError) as exc:
         # A policy that fails to load says why only in its detail (the engine's message).
@@ -262,6 +265,17 @@ def _serve(args: argparse.Namespace) -> int:
         **server_stack(),
     )
     return EXIT_OK
+
+
+def _serve_workers(args: argparse.Namespace, config: GatewayConfig) -> int:
+    # server.workers > 1: each worker assembles its own service (see gateway.server).
+    host = args.host or config.server.host
+    port = args.port if args.port is not None else config.server.port
+    try:
+        return serve_workers(config, host=host, port=port, log_level=args.log_level)
+    except OSError as exc:
+        print(f"gateway serve: cannot listen on {host}:{port}: {exc.strerror}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 def _init(args: argparse.Namespace) -> int:
