@@ -15,9 +15,10 @@ many changes it did not. The state it reports is always the current one, so the 
 written is never stale once the interval has passed and the component is used again.
 
 :func:`configure_logging` sets the process's logging from ``[log]``: the level, the line
-format (``text`` or ``json``, one object a line), and keeps the libraries the gateway runs
-on (the MCP SDK, HTTP clients) at ``WARNING`` at most: their debug lines can quote
-messages, and a message holds argument values. :class:`AccessLog` is the optional access
+format (``text`` or ``json``, one object a line), and below ``WARNING`` writes only the
+gateway's own lines (:class:`OwnLinesOnly`): a library's debug line (the MCP SDK's, an HTTP
+client's) can quote a message, and a message holds argument values. :class:`AccessLog` is
+the optional access
 log (``[log] access``): method, path without its query, status, duration, request id.
 """
 
@@ -46,11 +47,14 @@ LOG_FORMATS: Final = ("text", "json")
 #: Log levels (``[log] level``).
 LOG_LEVELS: Final = ("debug", "info", "warning", "error")
 #: Libraries whose lines may quote a message (a tool call's arguments among them): held at
-#: WARNING whatever the gateway's own level.
+#: WARNING whatever the gateway's own level (their lines are not even formatted; any other
+#: library's are dropped by :class:`OwnLinesOnly`).
 QUIET_LIBRARIES: Final = (
     "mcp",
     "httpx",
     "httpcore",
+    "httpx2",
+    "httpcore2",
     "sse_starlette",
     "aiohttp",
     "urllib3",
@@ -295,17 +299,40 @@ def quiet_libraries(names: Iterable[str] = QUIET_LIBRARIES) -> None:
             logger.setLevel(logging.WARNING)
 
 
+#: Loggers whose lines below WARNING are written: the gateway's own, and uvicorn's server
+#: lifecycle lines (never its access lines).
+OWN_LOGGERS: Final = ("gateway", "uvicorn.error")
+
+
+class OwnLinesOnly(logging.Filter):
+    """Below WARNING, only the gateway's own lines pass; any library's are dropped.
+
+    A library's debug and info lines can quote what it carries (an MCP message, an HTTP
+    request), and that holds argument values; the gateway's own lines never do. Warnings
+    and errors of every logger pass.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Whether the record is written."""
+        if record.levelno >= logging.WARNING:
+            return True
+        name = record.name
+        return any(name == own or name.startswith(own + ".") for own in OWN_LOGGERS)
+
+
 def configure_logging(table: LogTable, *, stream: TextIO | None = None) -> logging.Handler:
     """Set the root logger from ``[log]``: one handler on ``stream`` (stderr), level, format."""
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
     handler.setFormatter(formatter(table.format))
+    handler.addFilter(OwnLinesOnly())
     root = logging.getLogger()
     for existing in list(root.handlers):
         root.removeHandler(existing)
     root.addHandler(handler)
     root.setLevel(getattr(logging, table.level.upper()))
     STARTUP_LOG.setLevel(logging.INFO)  # one line an operator always wants
-    ACCESS_LOG.setLevel(logging.INFO if table.access else logging.WARNING)
+    if table.access:
+        ACCESS_LOG.setLevel(logging.INFO)  # asked for: written whatever the level
     quiet_libraries()
     return handler
 
