@@ -15,6 +15,7 @@ from typing import Any, Final
 import httpx
 import pytest
 
+from gateway.cli import main
 from gateway.server import build_service, load_config
 from gateway.testing import LiveServer, OpaServer
 from tests.server.conftest import gateway_toml, read_audit, toml_value
@@ -191,3 +192,26 @@ def test_a_pending_approval_survives_a_restart_and_is_then_approved(start: Facto
     ]
     assert second.post(TREASURER, pending["approval_url"] + "/approve").status_code == 200
     assert second.call(CLERK, "approve", amount=7000).status_code == 200
+
+
+def test_the_cli_lists_and_approves_as_the_approver_in_the_environment(
+    start: Factory, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    service = start()
+    pending = service.call(CLERK, "approve", amount=9000).json()
+    url = ["--url", service.server.url]
+    monkeypatch.setenv("GATEWAY_API_KEY", TREASURER)
+    assert main(["approvals", "list", *url]) == 0
+    listed = json.loads(capsys.readouterr().out)["approvals"]
+    assert [a["id"] for a in listed] == [pending["approval_id"]]
+    monkeypatch.setenv("GATEWAY_API_KEY", ANALYST)
+    assert main(["approvals", "approve", pending["approval_id"], *url]) == 1
+    assert json.loads(capsys.readouterr().out)["code"] == "approver_not_allowed"
+    monkeypatch.setenv("GATEWAY_API_KEY", TREASURER)
+    assert main(["approvals", "reject", pending["approval_id"], *url]) == 0
+    assert json.loads(capsys.readouterr().out)["status"] == "rejected"
+    assert main(["approvals", "approve", pending["approval_id"], *url]) == 1
+    assert main(["approvals", "show", "../etc", *url]) == 2
+    monkeypatch.delenv("GATEWAY_API_KEY")
+    assert main(["approvals", "list", *url]) == 2
+    assert service.call(CLERK, "approve", amount=9000).status_code == 202
