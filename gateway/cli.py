@@ -23,7 +23,6 @@ from gateway._call import ToolCall
 from gateway._definition import ToolDefinition
 from gateway._errors import GatewayError, InvalidInvocationError
 from gateway._registry import Registry
-from gateway.approvals._cli import add_approvals_command
 from gateway.audit import VerifyResult, head_path, trail_exists, trail_files, verify, verify_trail
 from gateway.policy import (
     GATE_PATH,
@@ -61,8 +60,8 @@ DESCRIPTION = (
     "A policy-as-code authorization gateway for tool calls: serve tools over HTTP (serve) or "
     "MCP (mcp) behind an OPA policy, decide one call without running it (check), check that "
     "the policy covers every tool (gate), verify an audit trail (audit verify), replay "
-    "recorded decisions against a candidate policy (replay), decide calls that await a "
-    "person's approval (approvals), and start a new gateway in a folder of its own (init)."
+    "recorded decisions against a candidate policy (replay), and start a new gateway in a "
+    "folder of its own (init)."
 )
 
 
@@ -142,6 +141,10 @@ def _verify(args: argparse.Namespace) -> int:
         summary = (
             f"{chain}: {result.records} records in {files} file(s), last hash {result.last_hash}"
         )
+        if not args.no_head and not head_path(chain).exists():
+            # Without its head, records cut from the end at a line boundary leave a chain
+            # that verifies: say the end was not checked rather than a plain ok.
+            summary += f"; its end is unchecked: no head file {head_path(chain).name}"
         if key is None:
             print(f"UNKEYED, intact, proves nothing against a writer: {summary}")
         else:
@@ -449,7 +452,6 @@ def build_parser() -> argparse.ArgumentParser:
     init.set_defaults(handler=_init)
 
     add_replay_command(commands)
-    add_approvals_command(commands)
     return parser
 
 

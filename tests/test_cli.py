@@ -547,3 +547,17 @@ def test_a_reader_that_goes_away_ends_the_command_quietly_with_the_pipe_status(
         os.close(write_end)
 
     assert (completed.returncode, completed.stderr) == (128 + 13, "")
+
+
+def test_verify_of_a_trail_without_its_head_says_its_end_is_unchecked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], key_file: str
+) -> None:
+    path = tmp_path / "audit.jsonl"
+    write_trail(path)
+    head_path(path).unlink()
+
+    status, out, _ = run(capsys, "audit", "verify", "--key-file", key_file, str(path))
+
+    assert status == 0
+    assert out.startswith("ok: ")
+    assert out.rstrip().endswith(f"its end is unchecked: no head file {head_path(path).name}")
