@@ -21,7 +21,7 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any, Final
 
 from starlette.datastructures import Headers
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.service._auth import Authenticator, AuthFailure
@@ -61,12 +61,14 @@ def error_body(
     return {"code": code, "message": message, "decision_id": decision_id, "request_id": request_id}
 
 
-def unauthenticated(code: str, request_id: str) -> JSONResponse:
+def unauthenticated(
+    code: str, request_id: str, *, challenge: str = WWW_AUTHENTICATE
+) -> JSONResponse:
     """The 401 answer: the error body, the challenge and the request id."""
     return JSONResponse(
         error_body(code, AUTHENTICATION_REQUIRED, request_id),
         status_code=401,
-        headers={"WWW-Authenticate": WWW_AUTHENTICATE, "X-Request-ID": request_id},
+        headers={"WWW-Authenticate": challenge, "X-Request-ID": request_id},
     )
 
 
@@ -113,6 +115,17 @@ class AuthenticationMiddleware:
             return
         headers = Headers(scope=scope)
         request_id = request_id_of(headers, new_id=self._new_id)
+        resource = self._auth.resource_server
+        if resource is not None and scope.get("path") in resource.metadata_paths:
+            # RFC 9728: the protected resource metadata, for anyone (it is how a client
+            # that got a 401 finds the authorization server).
+            metadata = Response(
+                resource.metadata_body(),
+                media_type="application/json",
+                headers={"X-Request-ID": request_id, "Cache-Control": "max-age=300"},
+            )
+            await metadata(scope, receive, send)
+            return
         if self._paths is not None and scope.get("path") not in self._paths:
             await self._app({**scope, REQUEST_ID_SCOPE_KEY: request_id}, receive, send)
             return
@@ -122,7 +135,9 @@ class AuthenticationMiddleware:
             _LOG.info("unauthenticated request %s: %s", request_id, failure.detail)
             if self._on_refusal is not None:
                 self._on_refusal(scope)
-            await unauthenticated(failure.code, request_id)(scope, receive, send)
+            challenge = self._auth.challenge(error=failure.error) or WWW_AUTHENTICATE
+            refusal = unauthenticated(failure.code, request_id, challenge=challenge)
+            await refusal(scope, receive, send)
             return
         inner = {
             **scope,
