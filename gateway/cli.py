@@ -23,6 +23,7 @@ from gateway._call import ToolCall
 from gateway._definition import ToolDefinition
 from gateway._errors import GatewayError, InvalidInvocationError
 from gateway._registry import Registry
+from gateway.approvals._cli import add_approvals_command
 from gateway.audit import VerifyResult, head_path, trail_exists, trail_files, verify, verify_trail
 from gateway.policy import (
     GATE_PATH,
@@ -60,8 +61,8 @@ DESCRIPTION = (
     "A policy-as-code authorization gateway for tool calls: serve tools over HTTP (serve) or "
     "MCP (mcp) behind an OPA policy, decide one call without running it (check), check that "
     "the policy covers every tool (gate), verify an audit trail (audit verify), replay "
-    "recorded decisions against a candidate policy (replay), and start a new gateway in a "
-    "folder of its own (init)."
+    "recorded decisions against a candidate policy (replay), decide calls that await a "
+    "person's approval (approvals), and start a new gateway in a folder of its own (init)."
 )
 
 
@@ -452,6 +453,7 @@ def build_parser() -> argparse.ArgumentParser:
     init.set_defaults(handler=_init)
 
     add_replay_command(commands)
+    add_approvals_command(commands)
     return parser
 
 
