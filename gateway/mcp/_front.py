@@ -132,7 +132,20 @@ def _meta(result: CallResult) -> dict[str, Any]:
     meta: dict[str, Any] = {"gateway/code": result.code}
     if result.decision_id is not None:
         meta["gateway/decision_id"] = result.decision_id
+    if result.approval_id is not None:
+        meta["gateway/approval_id"] = result.approval_id
     return meta
+
+
+def _refusal_text(result: CallResult) -> str:
+    if result.code == "approval_pending" and result.approval_id is not None:
+        # What the model reads: the call is parked, not refused, and how it goes on.
+        return (
+            f"{result.message or 'the call awaits approval'}. It did not run: it awaits "
+            f"approval {result.approval_id}. Once a person has approved it, call the tool "
+            "again with exactly the same arguments; it then runs once."
+        )
+    return result.message or result.code
 
 
 def to_call_result(result: CallResult) -> types.CallToolResult:
@@ -165,7 +178,7 @@ def to_call_result(result: CallResult) -> types.CallToolResult:
             _meta=_meta(result),
         )
     return types.CallToolResult(
-        content=[types.TextContent(text=result.message or result.code)],
+        content=[types.TextContent(text=_refusal_text(result))],
         is_error=True,
         _meta=_meta(result),
     )
