@@ -6,9 +6,10 @@ configured (the only form that resists someone who can write the files), plain S
 otherwise, over ``prev`` and the canonical JSON of the record without ``hash``. Changing,
 deleting, inserting or reordering any record breaks the chain at that record; a cut inside a
 line is a malformed record; a cut at a line boundary is caught by comparing the chain's end
-with the head file the sink keeps beside it: one fixed-size, checksummed slot rewritten in
-place, so that a torn rewrite reads as an unreadable head (the older ``[seq, hash]`` head
-files are still read).
+with the head file the sink keeps beside it: two fixed-size slots, each tagged with the
+chain's key, rewritten in turn in place, so that a rewrite torn by a crash leaves the other
+slot naming an earlier end, and a damaged or forged slot never reads as a plausible head
+(the older single-slot and ``[seq, hash]`` head files are still read).
 
 A trail is a folder holding one chain per writer: no two processes ever append to one chain.
 The first writer of ``audit.jsonl`` writes that file; while it holds it, a second writes
@@ -267,38 +268,76 @@ def _check(  # noqa: PLR0911 - one early return per way a record can be bad
     return None, expected
 
 
-#: The head is one fixed-size slot, rewritten in place (``pwrite``) after every commit:
-#: ``gateway-audit-head 1 <seq, 20 digits> <hash> <crc32 of what precedes, 8 hex>\n``.
-#: Its own checksum makes a torn rewrite (old and new bytes mixed) an unreadable head,
-#: never a plausible one.
-HEAD_SLOT_SIZE: Final = 116
-_HEAD_MAGIC: Final = b"gateway-audit-head 1 "
-_HEAD_SLOT: Final = re.compile(rb"gateway-audit-head 1 ([0-9]{20}) ([0-9a-f]{64}) ([0-9a-f]{8})\n")
+#: The head file holds two fixed-size slots, at offsets 0 and :data:`HEAD_SLOT_STRIDE`
+#: (separate disk sectors and pages). After every commit the sink rewrites the *older* slot
+#: in place (``pwrite``), so a write torn by a crash damages only that one slot and the other
+#: still names an earlier end of the chain. Each slot is
+#: ``gateway-audit-head 2 <seq, 20 digits> <hash> <tag>\n``; the tag is the HMAC-SHA256 of
+#: what precedes it under the chain's key (plain SHA-256 without one), so a torn or edited
+#: slot never reads as a plausible head, and without the key nobody can write one. The head
+#: is the newest intact slot.
+HEAD_SLOT_SIZE: Final = 172
+HEAD_SLOT_STRIDE: Final = 4096
+HEAD_FILE_SIZE: Final = HEAD_SLOT_STRIDE + HEAD_SLOT_SIZE
+_HEAD_MAGIC: Final = b"gateway-audit-head 2 "
+_HEAD_SLOT: Final = re.compile(rb"gateway-audit-head 2 ([0-9]{20}) ([0-9a-f]{64}) ([0-9a-f]{64})\n")
+# The single-slot head of earlier versions (a CRC-32 instead of a tag); still read.
+_V1_SIZE: Final = 116
+_V1_MAGIC: Final = b"gateway-audit-head 1 "
+_V1_SLOT: Final = re.compile(rb"gateway-audit-head 1 ([0-9]{20}) ([0-9a-f]{64}) ([0-9a-f]{8})\n")
 
 
-def encode_head(seq: int, digest: str) -> bytes:
+def _tag(body: bytes, key: bytes | None) -> bytes:
+    if key is not None:
+        return hmac.digest(key, body, "sha256").hex().encode("ascii")
+    return hashlib.sha256(body).hexdigest().encode("ascii")
+
+
+def encode_head(seq: int, digest: str, key: bytes | None = None) -> bytes:
     """The head slot recording that a chain ends at record ``seq`` whose hash is ``digest``."""
     body = _HEAD_MAGIC + b"%020d %s " % (seq, digest.encode("ascii"))
-    slot = body + b"%08x\n" % zlib.crc32(body)
+    slot = body + _tag(body, key) + b"\n"
     if len(slot) != HEAD_SLOT_SIZE:
         raise ValueError("head out of range")
     return slot
 
 
-def read_head(head: Path) -> tuple[int, str]:
-    """The ``seq`` and hash a head file holds: a head slot, or the older ``[seq, hash]``.
+def head_slots(raw: bytes, key: bytes | None = None) -> tuple[tuple[int, str] | None, ...]:
+    """The ``(seq, hash)`` of each slot of a two-slot head file's bytes (``None``: not intact)."""
+    found: list[tuple[int, str] | None] = []
+    for offset in (0, HEAD_SLOT_STRIDE):
+        data = raw[offset : offset + HEAD_SLOT_SIZE]
+        slot = _HEAD_SLOT.fullmatch(data)
+        if slot is None or not hmac.compare_digest(slot[3], _tag(data[: -len(slot[3]) - 1], key)):
+            found.append(None)
+        else:
+            found.append((int(slot[1]), slot[2].decode("ascii")))
+    return tuple(found)
+
+
+def read_head(head: Path, key: bytes | None = None) -> tuple[int, str]:
+    """The ``seq`` and hash a head file holds: its newest intact slot (or an older head).
+
+    ``key`` is the chain's: a slot is intact only if its tag is the HMAC of its contents
+    under that key. The single-slot and ``[seq, hash]`` heads of earlier versions are read
+    as they were written.
 
     Raises:
-        MalformedRecordError: the head is neither an intact slot (a torn rewrite fails its
-            checksum) nor exactly ``[seq, hash]``.
+        MalformedRecordError: no slot is intact (a torn write damages only one; both
+            damaged is tampering), or the file is no head at all.
         OSError: the head cannot be read.
     """
     raw = head.read_bytes()
-    if raw.startswith(_HEAD_MAGIC):
-        slot = _HEAD_SLOT.fullmatch(raw)
-        if slot is None or int(slot[3], 16) != zlib.crc32(raw[: -len(slot[3]) - 1]):
+    if len(raw) == HEAD_FILE_SIZE:
+        intact = [slot for slot in head_slots(raw, key) if slot is not None]
+        if not intact:
+            raise MalformedRecordError("no intact head slot (both torn or damaged)")
+        return max(intact)
+    if raw.startswith((_HEAD_MAGIC, _V1_MAGIC)):
+        v1 = _V1_SLOT.fullmatch(raw)
+        if v1 is None or int(v1[3], 16) != zlib.crc32(raw[: -len(v1[3]) - 1]):
             raise MalformedRecordError("torn or damaged head slot")
-        return int(slot[1]), slot[2].decode("ascii")
+        return int(v1[1]), v1[2].decode("ascii")
     if len(raw) > 200:  # [19 digits, "64 hex"] with room to spare
         raise MalformedRecordError("expected [seq, hash]")
     value = decode(raw)
@@ -315,10 +354,14 @@ def read_head(head: Path) -> tuple[int, str]:
 
 
 def _check_head(
-    head: Path, last_seq: int, last_hash: str, last_line: tuple[Path, int] | None
+    head: Path,
+    last_seq: int,
+    last_hash: str,
+    last_line: tuple[Path, int] | None,
+    key: bytes | None,
 ) -> str | None:
     try:
-        seq, digest = read_head(head)
+        seq, digest = read_head(head, key)
     except MalformedRecordError as exc:
         return f"{head}: unreadable head ({exc})"
     # The head trails the file by at most one batch after a crash, so only a chain that
@@ -367,7 +410,7 @@ def verify(
         prev = digest
         count += 1
     if head is not None and head.exists():
-        problem = _check_head(head, count, prev, last_line)
+        problem = _check_head(head, count, prev, last_line, key)
         if problem is not None:
             return VerifyResult(False, count, problem, count, prev)
     return VerifyResult(True, count, None, count, prev)

@@ -25,12 +25,14 @@ from typing import Any, Final, Protocol, runtime_checkable
 from gateway._errors import NoDecisionError
 from gateway.audit._chain import (
     GENESIS,
-    HEAD_SLOT_SIZE,
+    HEAD_FILE_SIZE,
+    HEAD_SLOT_STRIDE,
     MalformedRecordError,
     decode,
     encode,
     encode_head,
     head_path,
+    head_slots,
     lock_path,
     read_head,
     trail_files,
@@ -204,6 +206,8 @@ class JsonlFileSink:
         clock: a monotonic clock (seconds).
         sync_file: forces a file descriptor's data to disk (``os.fsync``); injectable so
             that durability ordering can be tested.
+        write_head: writes a head slot at an offset of the head file (``os.pwrite``);
+            injectable so that a write torn by a crash can be tested.
 
     Raises:
         AuditWriteError: the claimed chain's tail is damaged (a partial last line) or its
@@ -222,8 +226,11 @@ class JsonlFileSink:
         key: bytes | None = None,
         clock: Callable[[], float] = time.monotonic,
         sync_file: Callable[[int], None] = os.fsync,
+        write_head: Callable[[int, bytes, int], int] = os.pwrite,
     ) -> None:
         self._policy = FsyncPolicy(fsync)
+        self._key = key
+        self._write_slot = write_head
         self._interval = batch_interval
         self._max_bytes = max_bytes
         self._clock = clock
@@ -237,12 +244,8 @@ class JsonlFileSink:
             self._fd = os.open(
                 self._path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o640
             )
-            self._head_fd = os.open(
-                head_path(self._path), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o640
-            )
-            self._head_resized = os.fstat(self._head_fd).st_size == HEAD_SLOT_SIZE
-            self._head_seq = -1
             self._size = os.fstat(self._fd).st_size
+            self._head_fd = self._open_head(seq, prev)
         except BaseException:
             for fd in (self._head_fd, self._fd, self._lock_fd):
                 if fd >= 0:
@@ -304,13 +307,49 @@ class JsonlFileSink:
             # An unreadable head (a torn rewrite, say) is the verifier's to report; the chain
             # resumes from its last record and the head is rewritten on the next commit.
             with contextlib.suppress(MalformedRecordError):
-                head_seq, _ = read_head(head)
+                head_seq, _ = read_head(head, self._key)
                 if head_seq > seq:
                     raise AuditWriteError(
                         f"audit trail {self._path} ends at record {seq} but its head says "
                         f"{head_seq}: it was truncated"
                     )
         return seq, digest
+
+    def _open_head(self, seq: int, prev: str) -> int:
+        # The two-slot head file, and which slot the next commit rewrites: the one that is
+        # not the newest intact slot. A missing head, or one of an earlier form, is replaced
+        # whole by a fresh file naming the chain's end (atomically, through a temporary file),
+        # after the chain itself is on disk.
+        head = head_path(self._path)
+        try:
+            raw = head.read_bytes()
+        except FileNotFoundError:
+            raw = b""
+        if len(raw) == HEAD_FILE_SIZE:
+            slots = head_slots(raw, self._key)
+            intact = [(slot, index) for index, slot in enumerate(slots) if slot is not None]
+            newest = max(intact, default=None)
+            self._head_next = 0 if newest is None else 1 - newest[1]
+            self._head_seq = -1 if newest is None else newest[0][0]
+            return os.open(head, os.O_RDWR | os.O_CLOEXEC)
+        durable = self._policy is not FsyncPolicy.NONE
+        if durable:
+            os.fsync(self._fd)
+        fresh = head.with_name(head.name + ".tmp")
+        fd = os.open(fresh, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o640)
+        try:
+            os.pwrite(fd, encode_head(seq, prev, self._key), 0)
+            os.ftruncate(fd, HEAD_FILE_SIZE)
+            if durable:
+                os.fsync(fd)
+            os.replace(fresh, head)
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                fresh.unlink()
+            raise
+        self._head_next, self._head_seq = 1, seq
+        return fd
 
     def _last_segment(self) -> int:
         numbers = [int(p.suffix[1:]) for p in trail_files(self._path) if p != self._path]
@@ -407,13 +446,14 @@ class JsonlFileSink:
 
     def _write_head(self, seq: int, prev: str) -> None:
         # Under the lock. With FsyncPolicy.ALWAYS only after an fsync covering record
-        # ``seq``: the head never names a record that might not survive a power loss.
+        # ``seq``: the head never names a record that might not survive a power loss. The
+        # older slot is rewritten, so a torn write leaves the newer one intact.
         if seq <= self._head_seq:
             return
-        os.pwrite(self._head_fd, encode_head(seq, prev), 0)
-        if not self._head_resized:
-            os.ftruncate(self._head_fd, HEAD_SLOT_SIZE)
-            self._head_resized = True
+        slot = encode_head(seq, prev, self._key)
+        if self._write_slot(self._head_fd, slot, self._head_next * HEAD_SLOT_STRIDE) != len(slot):
+            raise OSError("short write of the audit head")
+        self._head_next ^= 1
         self._head_seq = seq
 
     def _rotate(self) -> None:

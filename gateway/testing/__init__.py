@@ -2,16 +2,17 @@
 
 Use these instead of monkeypatching: ``StaticAuthorizer`` and ``RecordingAuthorizer`` for
 the Authorizer protocol, ``RecordingTool`` for Tool, ``FakeClock`` for every ``clock=``
-parameter, ``GatedFsync`` for a file sink's ``sync_file``, ``GatedEngine`` for an engine that
-answers only when a test lets it, ``OpaServer`` to run a real
-``opa`` binary on loopback, ``BundleServer`` to serve bundles as OPA's bundle servers do,
-and ``RedisServer`` to run a real ``redis-server`` on loopback (killed, paused, restarted).
+parameter, ``GatedFsync`` for a file sink's ``sync_file`` and ``TornWrite`` for its
+``write_head``, ``GatedEngine`` for an engine that answers only when a test lets it,
+``OpaServer`` to run a real ``opa`` binary on loopback, ``BundleServer`` to serve bundles
+as OPA's bundle servers do, and ``RedisServer`` to run a real ``redis-server`` on loopback
+(killed, paused, restarted).
 """
 
 from gateway.testing._bundle_server import BundleServer
 from gateway.testing._engines import UNDEFINED, StaticEngine
 from gateway.testing._fakes import FakeClock, RecordingAuthorizer, RecordingTool, StaticAuthorizer
-from gateway.testing._fsync import GatedFsync
+from gateway.testing._fsync import GatedFsync, TornWrite
 from gateway.testing._gated import GatedEngine
 from gateway.testing._live_server import LiveServer
 from gateway.testing._opa_server import OpaContainer, OpaServer, find_opa_binary
@@ -31,6 +32,7 @@ __all__ = [
     "RedisServer",
     "StaticAuthorizer",
     "StaticEngine",
+    "TornWrite",
     "find_opa_binary",
     "find_redis_binary",
 ]

@@ -1,7 +1,12 @@
-"""GatedFsync: an injectable ``sync_file`` that records each call and can hold it."""
+"""Durability fakes for a file sink: GatedFsync and TornWrite.
+
+``GatedFsync`` is a ``sync_file`` that records each call and can hold it; ``TornWrite`` is a
+``write_head`` torn by a simulated crash.
+"""
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 
@@ -57,3 +62,32 @@ class GatedFsync:
         """
         if not self._entered.acquire(timeout=self._timeout):
             raise TimeoutError("no sync was asked for")
+
+
+class TornWrite:
+    """Stands in for ``os.pwrite`` as a file sink's ``write_head``: a crash mid-write.
+
+    Writes pass through until :meth:`tear` arms it; the next write then puts only its first
+    ``cut`` bytes in the file and raises ``OSError`` (EIO), as a power loss in the middle of
+    the write would leave the file. ``calls`` counts every write.
+    """
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self._cut: int | None = None
+        self._lock = threading.Lock()
+
+    def tear(self, cut: int) -> None:
+        """Tear the next write after ``cut`` bytes."""
+        with self._lock:
+            self._cut = cut
+
+    def __call__(self, fd: int, data: bytes, offset: int) -> int:
+        """Write ``data`` at ``offset``, or the torn part of it and fail."""
+        with self._lock:
+            self.calls += 1
+            cut, self._cut = self._cut, None
+        if cut is None:
+            return os.pwrite(fd, data, offset)
+        os.pwrite(fd, data[:cut], offset)
+        raise OSError(errno.EIO, "write torn by a simulated crash")

@@ -2,20 +2,22 @@
 
 With ``fsync=always`` a record's future resolves only after an fsync that began once its
 bytes were in the file; records waiting together share one fsync; a failed fsync fails the
-records it covered and every later one. The head is one fixed-size slot rewritten in place:
-a torn rewrite is an unreadable head (never a plausible one), from which a sink resumes; a
-writer killed mid-append leaves a chain that verifies and resumes.
+records it covered and every later one. The head is two fixed-size, keyed slots rewritten
+in turn in place: a write torn by a crash damages only one, so the head reads as the other
+(never as a plausible third) and the trail verifies and resumes; a writer killed mid-append
+leaves a chain that verifies and resumes.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import subprocess
 import sys
+import zlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -30,8 +32,16 @@ from gateway.audit import (
     trail_files,
     verify,
 )
-from gateway.audit._chain import HEAD_SLOT_SIZE, MalformedRecordError, encode_head, read_head
-from gateway.testing import GatedFsync, RecordingTool, StaticAuthorizer
+from gateway.audit._chain import (
+    HEAD_FILE_SIZE,
+    HEAD_SLOT_SIZE,
+    HEAD_SLOT_STRIDE,
+    MalformedRecordError,
+    encode_head,
+    head_slots,
+    read_head,
+)
+from gateway.testing import GatedFsync, RecordingTool, StaticAuthorizer, TornWrite
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT = 30  # seconds; a safety net for a hung syncer, never reached by a passing test
@@ -136,31 +146,57 @@ def test_a_rotation_under_fsync_always_syncs_the_file_it_rotates_away(tmp_path: 
 # --- the head slot ---------------------------------------------------------------------------
 
 
-def test_the_head_is_one_fixed_size_slot_holding_the_last_record(tmp_path: Path) -> None:
+def test_the_head_is_two_fixed_size_slots_rewritten_in_turn(tmp_path: Path) -> None:
     path = tmp_path / "audit.jsonl"
     with JsonlFileSink(path, fsync="none", key=KEY) as sink:
-        for n in range(3):
-            last = sink.submit({"n": n}).result(WAIT)
-            assert head_path(path).stat().st_size == HEAD_SLOT_SIZE
+        records = [sink.submit({"n": n}).result(WAIT) for n in range(3)]
+        raw = head_path(path).read_bytes()
 
-    assert read_head(head_path(path)) == (3, last["hash"])
+    assert len(raw) == HEAD_FILE_SIZE
+    # The sink opened the head naming the empty chain in slot 0; then slots 1, 0, 1.
+    assert head_slots(raw, KEY) == ((2, records[1]["hash"]), (3, records[2]["hash"]))
+    assert read_head(head_path(path), KEY) == (3, records[2]["hash"])
 
 
-def test_an_older_json_head_is_read_and_replaced_by_a_slot(tmp_path: Path) -> None:
+def test_a_head_slot_is_intact_only_under_the_chains_key(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    with JsonlFileSink(path, fsync="none", key=KEY) as sink:
+        sink.submit({"n": 0}).result(WAIT)
+
+    assert head_slots(head_path(path).read_bytes(), b"another key") == (None, None)
+    with pytest.raises(MalformedRecordError):
+        read_head(head_path(path), None)
+
+
+@pytest.mark.parametrize(
+    "older",
+    [
+        pytest.param(lambda digest: f'[1,"{digest}"]'.encode(), id="json"),
+        pytest.param(lambda digest: _v1_head(1, digest), id="single-slot"),
+    ],
+)
+def test_a_head_of_an_earlier_form_is_read_and_replaced_by_two_slots(
+    tmp_path: Path, older: Any
+) -> None:
     path = tmp_path / "audit.jsonl"
     with JsonlFileSink(path, fsync="none", key=KEY) as sink:
         first = sink.submit({"n": 0}).result(WAIT)
-    head_path(path).write_text(f'[1, "{first["hash"]}"]' + " " * 200)  # longer than a slot
-    head_path(path).write_text(f'[1,"{first["hash"]}"]')
+    head_path(path).write_bytes(older(first["hash"]))
 
-    assert read_head(head_path(path)) == (1, first["hash"])
+    assert read_head(head_path(path), KEY) == (1, first["hash"])
     with JsonlFileSink(path, fsync="none", key=KEY) as sink:
+        assert len(head_path(path).read_bytes()) == HEAD_FILE_SIZE
         second = sink.submit({"n": 1}).result(WAIT)
-    assert head_path(path).read_bytes() == encode_head(2, second["hash"])
+    assert read_head(head_path(path), KEY) == (2, second["hash"])
     assert check(path)
 
 
-def test_a_cut_at_a_line_boundary_is_caught_by_the_head_slot(tmp_path: Path) -> None:
+def _v1_head(seq: int, digest: str) -> bytes:
+    body = b"gateway-audit-head 1 %020d %s " % (seq, digest.encode())
+    return body + b"%08x\n" % zlib.crc32(body)
+
+
+def test_a_cut_at_a_line_boundary_is_caught_by_the_head(tmp_path: Path) -> None:
     path = tmp_path / "audit.jsonl"
     with JsonlFileSink(path, fsync="none", key=KEY) as sink:
         for n in range(3):
@@ -175,36 +211,34 @@ def test_a_cut_at_a_line_boundary_is_caught_by_the_head_slot(tmp_path: Path) -> 
         JsonlFileSink(path, fsync="none", key=KEY)
 
 
-def _torn(old: bytes, new: bytes, cut: int) -> bytes:
-    return new[:cut] + old[cut:]
-
-
-_HEADS = st.tuples(st.integers(0, 10**19 - 1), st.binary(min_size=32, max_size=32).map(bytes.hex))
-
-
-@given(old=_HEADS, new=_HEADS, cut=st.integers(0, HEAD_SLOT_SIZE))
-def test_a_torn_head_slot_reads_as_the_old_or_the_new_head_or_not_at_all(
-    tmp_path_factory: pytest.TempPathFactory,
-    old: tuple[int, str],
-    new: tuple[int, str],
-    cut: int,
-) -> None:
-    head = tmp_path_factory.mktemp("head") / "audit.jsonl.head"
-    head.write_bytes(_torn(encode_head(*old), encode_head(*new), cut))
-    with contextlib.suppress(MalformedRecordError):
-        assert read_head(head) in (old, new)
-
-
-# Cuts inside the hash or the checksum: the torn slot is neither the old head nor the new.
-@pytest.mark.parametrize("cut", [41, 60, 100, HEAD_SLOT_SIZE - 9, HEAD_SLOT_SIZE - 4])
-def test_a_torn_head_is_reported_by_verify_and_the_sink_resumes_from_the_chain(
-    tmp_path: Path, cut: int
+def test_a_truncation_with_the_newer_slot_damaged_is_still_caught_by_the_older(
+    tmp_path: Path,
 ) -> None:
     path = tmp_path / "audit.jsonl"
     with JsonlFileSink(path, fsync="none", key=KEY) as sink:
-        records = [sink.submit({"n": n}).result(WAIT) for n in range(3)]
-    old = encode_head(2, records[1]["hash"])
-    head_path(path).write_bytes(_torn(old, head_path(path).read_bytes(), cut))
+        for n in range(4):
+            sink.submit({"n": n}).result(WAIT)
+    raw = bytearray(head_path(path).read_bytes())
+    raw[HEAD_SLOT_STRIDE + 30] ^= 1  # slot 1 holds record 4; slot 0 record 3
+    head_path(path).write_bytes(bytes(raw))
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:2]))
+
+    result = verify(trail_files(path), key=KEY, head=head_path(path))
+    assert (result.ok, "records were truncated" in str(result.error)) == (False, True)
+
+
+def test_a_head_with_both_slots_damaged_is_reported_by_verify_and_the_sink_resumes(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "audit.jsonl"
+    with JsonlFileSink(path, fsync="none", key=KEY) as sink:
+        for n in range(3):
+            sink.submit({"n": n}).result(WAIT)
+    raw = bytearray(head_path(path).read_bytes())
+    raw[40] ^= 1
+    raw[HEAD_SLOT_STRIDE + 40] ^= 1
+    head_path(path).write_bytes(bytes(raw))
 
     result = verify(trail_files(path), key=KEY, head=head_path(path))
     assert result.ok is False
@@ -214,13 +248,82 @@ def test_a_torn_head_is_reported_by_verify_and_the_sink_resumes_from_the_chain(
     assert check(path)
 
 
-def test_a_damaged_head_slot_never_raises_anything_but_malformed(tmp_path: Path) -> None:
-    path = tmp_path / "audit.jsonl.head"
-    slot = encode_head(7, "a" * 64)
-    for damaged in [slot[:-1], slot + b"x", slot.replace(b"7", b"8"), slot.upper()]:
-        path.write_bytes(damaged)
+# Every byte a crash can leave of a slot write: before the first, inside, after the last.
+@pytest.mark.parametrize(
+    "cut", [0, 1, 21, 41, 60, 100, 107, HEAD_SLOT_SIZE - 9, HEAD_SLOT_SIZE - 1]
+)
+@pytest.mark.parametrize("policy", ["none", "always"])
+def test_a_head_write_torn_by_a_crash_fails_closed_and_the_trail_verifies_and_resumes(
+    tmp_path: Path, cut: int, policy: str
+) -> None:
+    path = tmp_path / "audit.jsonl"
+    torn = TornWrite()
+    sink = JsonlFileSink(path, fsync=policy, key=KEY, write_head=torn)
+    try:
+        records = [sink.submit({"n": n}).result(WAIT) for n in range(3)]
+        torn.tear(cut)
+        failed = sink.submit({"n": 3})
+        assert isinstance(failed.exception(WAIT), AuditWriteError)  # not acknowledged
+    finally:
+        sink.close()  # the "crash": nothing more is written
+
+    # Record 4 is in the file, unacknowledged. The torn slot is recovered from the other
+    # one (record 3), unless the cut spared all but bytes the slot held already.
+    result = verify(trail_files(path), key=KEY, head=head_path(path))
+    assert result.ok is True, result.error
+    expected = (3, records[2]["hash"]) if cut < HEAD_SLOT_SIZE - 1 else (4, result.last_hash)
+    assert read_head(head_path(path), KEY) == expected
+    with JsonlFileSink(path, fsync=policy, key=KEY) as sink:
+        assert sink.submit({"n": 4}).result(WAIT)["seq"] == result.records + 1
+    assert check(path)
+
+
+_HEADS = st.tuples(st.integers(0, 10**19 - 1), st.binary(min_size=32, max_size=32).map(bytes.hex))
+
+
+@given(
+    heads=st.lists(_HEADS, min_size=1, max_size=6).map(sorted),
+    cut=st.integers(0, HEAD_SLOT_SIZE),
+)
+def test_a_torn_last_slot_write_reads_as_the_last_or_the_one_before_it(
+    tmp_path_factory: pytest.TempPathFactory, heads: list[tuple[int, str]], cut: int
+) -> None:
+    # The sink's order of writes: slot 0, 1, 0, 1 ... with the last one torn at ``cut``.
+    head = tmp_path_factory.mktemp("head") / "audit.jsonl.head"
+    raw = bytearray(HEAD_FILE_SIZE)
+    for number, (seq, digest) in enumerate(heads):
+        slot = encode_head(seq, digest, KEY)
+        if number == len(heads) - 1:
+            slot = slot[:cut]
+        offset = (number % 2) * HEAD_SLOT_STRIDE
+        raw[offset : offset + len(slot)] = slot
+    head.write_bytes(bytes(raw))
+
+    if cut == HEAD_SLOT_SIZE:
+        assert read_head(head, KEY) == heads[-1]
+    elif len(heads) > 1:
+        assert read_head(head, KEY) == heads[-2]
+    else:
         with pytest.raises(MalformedRecordError):
-            read_head(path)
+            read_head(head, KEY)
+
+
+@given(data=st.binary(max_size=HEAD_FILE_SIZE + 8), flips=st.lists(st.integers(0, 4267)))
+def test_damaged_head_bytes_never_raise_anything_but_malformed(
+    tmp_path_factory: pytest.TempPathFactory, data: bytes, flips: list[int]
+) -> None:
+    head = tmp_path_factory.mktemp("head") / "audit.jsonl.head"
+    raw = bytearray(encode_head(7, "a" * 64, KEY) + bytes(HEAD_SLOT_STRIDE - HEAD_SLOT_SIZE))
+    raw += encode_head(8, "b" * 64, KEY)
+    for flip in flips:
+        raw[flip] ^= 0x20
+    for candidate in (bytes(raw), data):
+        head.write_bytes(candidate)
+        try:
+            seq, _ = read_head(head, KEY)
+        except MalformedRecordError:
+            continue
+        assert candidate is data or seq in (7, 8)
 
 
 # --- a writer killed mid-append --------------------------------------------------------------
@@ -260,7 +363,7 @@ def test_a_writer_killed_mid_append_leaves_a_chain_that_verifies_and_resumes(
             process.wait(WAIT)
 
     assert check(path)
-    last_seq, _ = read_head(head_path(path))
+    last_seq, _ = read_head(head_path(path), KEY)
     with JsonlFileSink(path, fsync="none", key=KEY) as sink:
         resumed = sink.submit({"n": "after"}).result(WAIT)
     assert resumed["seq"] >= 200
@@ -376,10 +479,10 @@ def test_under_fsync_always_the_head_names_a_record_only_after_its_fsync(tmp_pat
     try:
         future = sink.submit({"n": 1})
         fsync.wait_entered()
-        assert read_head(head_path(path)) == (1, first["hash"])
+        assert read_head(head_path(path), KEY) == (1, first["hash"])
         fsync.release()
         second = future.result(WAIT)
-        assert read_head(head_path(path)) == (2, second["hash"])
+        assert read_head(head_path(path), KEY) == (2, second["hash"])
     finally:
         fsync.release()
         sink.close()
