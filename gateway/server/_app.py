@@ -20,10 +20,10 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from gateway import _json
-from gateway._call import ToolCall
+from gateway._call import ToolCall, admitted_call
 from gateway._output import MediaContent, TextContent, ToolOutput
 from gateway.approvals import ApprovalDesk
-from gateway.policy import EMPTY_CONTEXT, CallerContext
+from gateway.policy import EMPTY_CONTEXT, CallerContext, ToolVisibility
 from gateway.server._approvals import ApprovalsApi, approval_url, is_approval_path
 from gateway.server._openapi import openapi_document
 from gateway.service import (
@@ -98,10 +98,12 @@ class GatewayApp:
         lifespan: Callable[[Starlette], contextlib.AbstractAsyncContextManager[None]] | None = None,
         access_log: bool = False,
         approvals: ApprovalDesk | None = None,
+        visibility: ToolVisibility | None = None,
     ) -> None:
         self._gateway = gateway
         # /v1/approvals, behind its own authentication (its paths hold the approval id).
         self._approvals = ApprovalsApi(approvals, authenticator) if approvals is not None else None
+        self._visibility = visibility
         self._ready = ready
         self._metrics = metrics
         self._limit = max_body_bytes
@@ -161,11 +163,18 @@ class GatewayApp:
         return self._respond(route, status, body, request_id)
 
     async def list_tools(self, request: Request) -> Response:
-        """``GET /v1/tools``: the served definitions (after authentication)."""
+        """``GET /v1/tools``: the definitions the caller may see (after authentication).
+
+        With a :class:`ToolVisibility`, only the tools the policy's visibility decision
+        shows this caller (fail closed); the call-time decision still decides every call.
+        """
         request_id = self._request_id(request)
+        definitions = self._gateway.definitions()
+        if self._visibility is not None:
+            definitions = await self._visibility.visible(definitions, self._caller(request))
         tools = [
             {"name": d.name, "description": d.description, "input_schema": d.input_schema}
-            for d in self._gateway.definitions()
+            for d in definitions
         ]
         return self._respond("tools", 200, {"tools": tools}, request_id)
 
@@ -205,14 +214,15 @@ class GatewayApp:
         if not isinstance(call_id, str) or not isinstance(name, str):
             return "id and name must be strings"
         arguments = document.get("arguments", "")
-        if isinstance(arguments, str):
-            raw: str | bytes = arguments
-        elif isinstance(arguments, dict):
-            # Re-encoded from the exact decoded value: numbers are never rounded.
-            raw = _json.canonical(arguments)
-        else:
-            return "arguments must be a JSON object or JSON text"
-        return ToolCall(call_id, name, raw)
+        if isinstance(arguments, dict):
+            # Re-encoded from the exact decoded value (numbers are never rounded), which
+            # admission checks as it is: the body is the one strict decoding of the call.
+            return admitted_call(call_id, name, _json.encode_parsed(arguments))
+        return (
+            ToolCall(call_id, name, arguments)
+            if isinstance(arguments, str)
+            else "arguments must be a JSON object or JSON text"
+        )
 
     def _result(self, result: CallResult, call: ToolCall, request_id: str) -> JSONResponse:
         if result.ok or result.is_tool_failure:

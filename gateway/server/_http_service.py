@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from starlette.applications import Starlette
 
 from gateway.audit import JsonlFileSink
-from gateway.policy import DecisionCache, PolicyEngine
+from gateway.policy import DecisionCache, PolicyEngine, ToolVisibility
 from gateway.server._app import GatewayApp
 from gateway.service import Gateway, GatewayConfig, build_components, load_tools
 
@@ -55,6 +55,7 @@ def build_service(config: GatewayConfig) -> Service:
         lifespan=lifespan,
         access_log=config.log.access,
         approvals=components.desk,
+        visibility=ToolVisibility.for_engine(components.engine, cache=components.cache),
     )
     service = Service(
         config=config,

@@ -849,26 +849,38 @@ async def test_metrics_count_calls_by_code_and_the_decision_cache(
     assert "gateway_decision_cache_evictions_total 0.0" in text
 
 
-async def test_the_tool_list_needs_authentication_and_shows_schemas(
+async def test_the_tool_list_shows_each_caller_what_its_roles_grant_with_schemas(
     client: httpx.AsyncClient,
 ) -> None:
     response = await client.get("/v1/tools", headers=key(BOB, **{"X-Request-ID": "list-1"}))
     assert response.status_code == 200
     assert response.headers["x-request-id"] == "list-1"
+    assert [tool["name"] for tool in response.json()["tools"]] == ["pay"]
+    response = await client.get("/v1/tools", headers=key(TESS))
     tools = {tool["name"]: tool for tool in response.json()["tools"]}
-    assert set(tools) == {
-        "add",
-        "search",
-        "read_file",
-        "fetch_url",
-        "query_db",
-        "pay",
-        "echo",
-        "fail",
-        "boom",
-    }
+    assert set(tools) == {"add", "echo", "fail", "boom"}
     assert tools["add"]["input_schema"]["required"] == ["a", "b"]
     assert tools["add"]["description"] == "Add two integers."
+    response = await client.get("/v1/tools", headers=key(ALICE))
+    assert {tool["name"] for tool in response.json()["tools"]} == {
+        "add",
+        "fetch_url",
+        "query_db",
+        "read_file",
+        "search",
+    }
+
+
+async def test_a_tool_not_listed_for_a_caller_is_still_decided_at_call_time(
+    client: httpx.AsyncClient,
+) -> None:
+    listed = await client.get("/v1/tools", headers=key(BOB))
+    assert "add" not in {tool["name"] for tool in listed.json()["tools"]}
+    response = await client.post(
+        "/v1/calls", headers=key(BOB), json=call_body("add", {"a": 1, "b": 2}, "x")
+    )
+    assert response.status_code == 403
+    assert response.json()["code"] == "denied"
 
 
 # -- the audit trail of a session -----------------------------------------------------------
