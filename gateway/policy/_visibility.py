@@ -122,6 +122,27 @@ class ToolVisibility:
         self._cache = cache
         self._max_age = engine.max_decision_age if isinstance(engine, ReuseLimitedEngine) else None
 
+    @classmethod
+    def for_engine(
+        cls,
+        engine: PolicyEngine,
+        *,
+        path: str = DEFAULT_VISIBILITY_PATH,
+        cache: DecisionCache | None = None,
+    ) -> ToolVisibility | None:
+        """The filter for ``engine``, or ``None`` when it cannot have the visibility path.
+
+        An engine that names its entrypoints (the embedded engine) and lacks ``path`` was
+        compiled from policies without a visibility rule: a service then lists every tool,
+        as it did before visibility existed (each call is still decided). Any other engine
+        gets the filter, which lists nothing while the path is undefined (fail closed).
+        """
+        normalized = normalize_path(path)
+        entrypoints = getattr(engine, "entrypoints", None)
+        if isinstance(entrypoints, tuple) and normalized not in entrypoints:
+            return None
+        return cls(engine, path=normalized, cache=cache)
+
     @property
     def path(self) -> str:
         """The normalized visibility path."""
