@@ -19,6 +19,7 @@ The first writer of ``audit.jsonl`` writes that file; while it holds it, a secon
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import json
@@ -272,9 +273,10 @@ def _check(  # noqa: PLR0911 - one early return per way a record can be bad
 #: (separate disk sectors and pages). After every commit the sink rewrites the *older* slot
 #: in place (``pwrite``), so a write torn by a crash damages only that one slot and the other
 #: still names an earlier end of the chain. Each slot is
-#: ``gateway-audit-head 2 <seq, 20 digits> <hash> <tag>\n``; the tag is the HMAC-SHA256 of
-#: what precedes it under the chain's key (plain SHA-256 without one), so a torn or edited
-#: slot never reads as a plausible head, and without the key nobody can write one. The head
+#: ``gateway-audit-head 2 <seq, 20 digits> <hash> <tag>\n``; the tag is a keyed BLAKE2b MAC
+#: of what precedes it, under a key derived from the chain's (unkeyed BLAKE2b without one),
+#: so a torn or edited slot never reads as a plausible head, and without the key nobody can
+#: write one. The head
 #: is the newest intact slot.
 HEAD_SLOT_SIZE: Final = 172
 HEAD_SLOT_STRIDE: Final = 4096
@@ -287,10 +289,20 @@ _V1_MAGIC: Final = b"gateway-audit-head 1 "
 _V1_SLOT: Final = re.compile(rb"gateway-audit-head 1 ([0-9]{20}) ([0-9a-f]{64}) ([0-9a-f]{8})\n")
 
 
+@functools.lru_cache(maxsize=16)
+def _head_key(key: bytes) -> bytes:
+    # The head's own key, derived from the chain's (a slot tag is never a record hash).
+    return hashlib.sha256(b"gateway-audit-head\0" + key).digest()
+
+
 def _tag(body: bytes, key: bytes | None) -> bytes:
+    # Keyed BLAKE2b: a MAC in one pass (the head is rewritten after every commit, and an
+    # HMAC costs several times as much).
     if key is not None:
-        return hmac.digest(key, body, "sha256").hex().encode("ascii")
-    return hashlib.sha256(body).hexdigest().encode("ascii")
+        mac = hashlib.blake2b(body, key=_head_key(key), digest_size=32)
+    else:
+        mac = hashlib.blake2b(body, digest_size=32)
+    return mac.hexdigest().encode("ascii")
 
 
 def encode_head(seq: int, digest: str, key: bytes | None = None) -> bytes:

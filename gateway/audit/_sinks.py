@@ -191,9 +191,10 @@ class JsonlFileSink:
 
     A record is chained and appended on the submitting thread, under the sink's lock. With
     ``FsyncPolicy.ALWAYS`` it is acknowledged only once one syncer thread has fsynced the
-    file past it (concurrent records share each fsync), and the chain's head slot is
-    rewritten in place after that fsync; with the other policies it is acknowledged, and the
-    head rewritten, once it is written. :meth:`write` awaits the same on an event loop.
+    file past it (concurrent records share each fsync); with the other policies, once it is
+    written. :meth:`write` awaits the same on an event loop. The chain's head (the older of
+    its two slots) is rewritten in place after every fsync (``ALWAYS``, ``BATCH``), so that
+    it never names a record a power loss could take, or after every record (``NONE``).
 
     Args:
         path: the trail's first active file; this writer's rotated segments sit beside its
@@ -432,7 +433,7 @@ class JsonlFileSink:
             view = view[written:]
         self._size += len(line)
         self._unsynced = True
-        if self._policy is not FsyncPolicy.ALWAYS:
+        if self._policy is FsyncPolicy.NONE:
             self._write_head(self._chainer.seq, self._chainer.prev)
         if self._max_bytes is not None and self._size >= self._max_bytes:
             self._rotate()
@@ -445,7 +446,7 @@ class JsonlFileSink:
         return False
 
     def _write_head(self, seq: int, prev: str) -> None:
-        # Under the lock. With FsyncPolicy.ALWAYS only after an fsync covering record
+        # Under the lock. Unless the policy is NONE, only after an fsync covering record
         # ``seq``: the head never names a record that might not survive a power loss. The
         # older slot is rewritten, so a torn write leaves the newer one intact.
         if seq <= self._head_seq:

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from gateway import AuthorizationError, ToolCall, bind
 from gateway.audit import (
+    GENESIS,
     AuditTrail,
     AuditWriteError,
     JsonlFileSink,
@@ -41,7 +42,7 @@ from gateway.audit._chain import (
     head_slots,
     read_head,
 )
-from gateway.testing import GatedFsync, RecordingTool, StaticAuthorizer, TornWrite
+from gateway.testing import FakeClock, GatedFsync, RecordingTool, StaticAuthorizer, TornWrite
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT = 30  # seconds; a safety net for a hung syncer, never reached by a passing test
@@ -129,6 +130,31 @@ def test_without_fsync_always_a_record_is_acknowledged_once_written(
     finally:
         fsync.release()
         sink.close()
+
+
+def test_under_fsync_batch_the_head_names_a_record_only_after_an_fsync_covering_it(
+    tmp_path: Path,
+) -> None:
+    # Otherwise a power loss between a record's write and its batch's fsync could keep
+    # the head and lose the record: a false truncation.
+    path = tmp_path / "audit.jsonl"
+    clock = FakeClock()
+    fsync = GatedFsync()
+    fsync.hold()
+    sink = JsonlFileSink(
+        path, fsync="batch", batch_interval=10.0, key=KEY, sync_file=fsync, clock=clock
+    )
+    try:
+        sink.submit({"n": 1}).result(WAIT)
+        clock.advance(10.0)
+        second = sink.submit({"n": 2}).result(WAIT)  # the interval is up: a batch fsync
+        fsync.wait_entered()
+        assert read_head(head_path(path), KEY) == (0, GENESIS)
+    finally:
+        fsync.release()
+        sink.close()
+    assert read_head(head_path(path), KEY) == (2, second["hash"])
+    assert check(path)
 
 
 def test_a_rotation_under_fsync_always_syncs_the_file_it_rotates_away(tmp_path: Path) -> None:
