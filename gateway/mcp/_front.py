@@ -35,6 +35,7 @@ are capped per principal and are audited.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import dataclasses
 import json
@@ -69,7 +70,7 @@ from gateway.mcp._stdio import (
 )
 from gateway.mcp._upstream import UpstreamSet
 from gateway.mcp._wire import MESSAGE_SCOPE_KEY, Message
-from gateway.policy import EMPTY_CONTEXT, CallerContext, caller_context
+from gateway.policy import EMPTY_CONTEXT, CallerContext, ToolVisibility, caller_context
 from gateway.service import (
     CALLER_SCOPE_KEY,
     AuthenticationMiddleware,
@@ -83,6 +84,8 @@ _LOG: Final = logging.getLogger("gateway.mcp")
 #: The service layer's authentication middleware, under the name this package offered.
 AuthenticatingApp = AuthenticationMiddleware
 _UNSET: Final = object()
+#: How often a serving front checks the policy revision (for list_changed).
+REVISION_CHECK_INTERVAL_S: Final = 1.0
 #: The ``tools/list`` members taken from ``listing_extras`` (never the ones a policy sees).
 _LISTING_EXTRAS: Final = frozenset({"execution", "icons", "_meta"})
 # Arguments that are not a JSON object, kept aside so that the SDK's own params validation
@@ -197,6 +200,9 @@ class McpFront:
             are (an upstream tool's ``execution``, ``icons``, ``_meta``), or ``None``.
         upstreams: the upstream servers whose resources, prompts and logging are offered
             (see :mod:`gateway.mcp._bridge`).
+        visibility: when given, ``tools/list`` shows each caller only the tools the
+            policy's visibility decision shows it (fail closed), and a new policy revision
+            is announced (``notifications/tools/list_changed``, see :meth:`check_revision`).
     """
 
     def __init__(
@@ -209,8 +215,12 @@ class McpFront:
         audit: AuditTrail | None = None,
         listing_extras: Callable[[str], Mapping[str, Any] | None] | None = None,
         upstreams: UpstreamSet | None = None,
+        visibility: ToolVisibility | None = None,
     ) -> None:
         self._gateway = gateway
+        self._visibility = visibility
+        self._listed_revision = visibility.revision() if visibility is not None else None
+        self._watcher: asyncio.Task[None] | None = None
         self._listing_extras = listing_extras
         self._authenticator = authenticator
         self._stdio_context = stdio_context
@@ -239,12 +249,48 @@ class McpFront:
             # Connected clients are told (notifications/tools/list_changed).
             self._bridge.tools_changed()
 
+    def check_revision(self) -> bool:
+        """Announce ``notifications/tools/list_changed`` if the policy revision changed.
+
+        What each caller may see depends on the policy, so a new revision may change every
+        caller's list. Checked on every request, and every ``REVISION_CHECK_INTERVAL_S``
+        by a watcher that the first listing starts.
+
+        Returns:
+            Whether the revision changed since the last check.
+        """
+        if self._visibility is None:
+            return False
+        revision = self._visibility.revision()
+        if revision == self._listed_revision:
+            return False
+        self._listed_revision = revision
+        self._bridge.tools_changed()
+        return True
+
+    async def _watch_revision(self, interval_s: float) -> None:
+        while True:
+            await anyio.sleep(interval_s)
+            self.check_revision()
+
+    def _ensure_watcher(self) -> None:
+        # Over HTTP the front has no task group of its own: the first request starts the
+        # watcher on the serving loop (it ends with the loop).
+        if self._visibility is None or self._watcher is not None:
+            return
+        self._watcher = asyncio.get_running_loop().create_task(
+            self._watch_revision(REVISION_CHECK_INTERVAL_S)
+        )
+
     async def _list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        return types.ListToolsResult(
-            tools=[self._listed(definition) for definition in self._gateway.definitions()]
-        )
+        definitions = self._gateway.definitions()
+        if self._visibility is not None:
+            self._ensure_watcher()
+            self.check_revision()
+            definitions = await self._visibility.visible(definitions, self._caller(ctx))
+        return types.ListToolsResult(tools=[self._listed(definition) for definition in definitions])
 
     def _listed(self, definition: ToolDefinition) -> types.Tool:
         # The definition as the policy sees it (name, title, description, schemas,
@@ -312,6 +358,7 @@ class McpFront:
     async def _call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
+        self.check_revision()
         arguments = self._arguments(ctx, params)
         call = ToolCall(f"mcp-{uuid.uuid4().hex}", params.name, arguments)
         gateway = self._gateway

@@ -24,7 +24,7 @@ from gateway._contract import Tool
 from gateway.mcp._front import McpFront
 from gateway.mcp._sessions import SessionTable
 from gateway.mcp._upstream import UpstreamSet
-from gateway.policy import CallerContext
+from gateway.policy import CallerContext, ToolVisibility
 from gateway.service import (
     AccessLog,
     ConfigError,
@@ -75,6 +75,9 @@ class McpService:
             audit=self.trail,
             listing_extras=self._listing_extras,
             upstreams=self.upstreams,
+            visibility=ToolVisibility.for_engine(
+                self.components.engine, cache=self.components.cache
+            ),
         )
 
     @property
