@@ -1,14 +1,18 @@
-"""Durability fakes for a file sink: GatedFsync and TornWrite.
+"""Durability fakes for a file sink: GatedFsync, TornWrite and WakeCountingLoop.
 
 ``GatedFsync`` is a ``sync_file`` that records each call and can hold it; ``TornWrite`` is a
-``write_head`` torn by a simulated crash.
+``write_head`` torn by a simulated crash; ``WakeCountingLoop`` counts how often other
+threads wake an event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import threading
+from collections.abc import Callable
+from typing import Any
 
 
 class GatedFsync:
@@ -91,3 +95,25 @@ class TornWrite:
             return os.pwrite(fd, data, offset)
         os.pwrite(fd, data[:cut], offset)
         raise OSError(errno.EIO, "write torn by a simulated crash")
+
+
+class WakeCountingLoop(asyncio.SelectorEventLoop):
+    """An event loop that counts the callbacks other threads hand it.
+
+    ``threadsafe_calls`` is how many times :meth:`call_soon_threadsafe` was called: each
+    is one wake-up of the loop by another thread (a file sink's syncer, say). Run a test on
+    it with ``asyncio.Runner(loop_factory=WakeCountingLoop)``.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threadsafe_calls = 0
+        self._count_lock = threading.Lock()
+
+    def call_soon_threadsafe(
+        self, callback: Callable[..., object], *args: object, context: Any = None
+    ) -> asyncio.Handle:
+        """Count, then schedule as the base loop does."""
+        with self._count_lock:
+            self.threadsafe_calls += 1
+        return super().call_soon_threadsafe(callback, *args, context=context)

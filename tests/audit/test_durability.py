@@ -42,7 +42,9 @@ from gateway.audit._chain import (
     head_slots,
     read_head,
 )
+from gateway.server import Gateway
 from gateway.testing import FakeClock, GatedFsync, RecordingTool, StaticAuthorizer, TornWrite
+from gateway.testing._fsync import WakeCountingLoop
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT = 30  # seconds; a safety net for a hung syncer, never reached by a passing test
@@ -513,3 +515,122 @@ def test_under_fsync_always_the_head_names_a_record_only_after_its_fsync(tmp_pat
         fsync.release()
         sink.close()
     assert check(path)
+
+
+# --- group commit under concurrency ------------------------------------------------------------
+
+
+def test_each_loop_is_woken_once_per_fsync_for_every_record_it_made_durable(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "audit.jsonl"
+    fsync = GatedFsync()
+
+    async def scenario() -> list[dict[str, Any]]:
+        fsync.hold()
+        with JsonlFileSink(path, fsync="always", key=KEY, sync_file=fsync) as sink:
+            first = asyncio.ensure_future(sink.write({"n": 0}))
+            await asyncio.to_thread(fsync.wait_entered)
+            rest = [asyncio.ensure_future(sink.write({"n": n})) for n in range(1, 40)]
+            await asyncio.sleep(0)  # every write appends before the gate opens
+            fsync.release()
+            return list(await asyncio.gather(first, *rest))
+
+    with asyncio.Runner(loop_factory=WakeCountingLoop) as runner:
+        records = runner.run(scenario())
+        loop = runner.get_loop()
+        assert isinstance(loop, WakeCountingLoop)
+        # Two fsyncs (the first record, then the 39 that waited together): two wake-ups
+        # from the syncer, plus the one of asyncio.to_thread.
+        assert (fsync.calls, loop.threadsafe_calls) == (2, 2 + 1)
+    assert [record["seq"] for record in records] == list(range(1, 41))
+    assert check(path)
+
+
+async def test_every_concurrent_write_returns_only_after_an_fsync_that_covered_its_line(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "audit.jsonl"
+    fsync = GatedFsync()
+    sink = JsonlFileSink(path, fsync="always", key=KEY, sync_file=fsync)
+
+    async def one(n: int) -> None:
+        for _ in range(n % 3):
+            await asyncio.sleep(0)  # spread the writes over several batches
+        record = await sink.write({"n": n})
+        lines = path.read_bytes().splitlines(keepends=True)
+        end = sum(len(line) for line in lines[: record["seq"]])
+        assert any(size >= end for size in list(fsync.sizes)), (record["seq"], fsync.sizes)
+
+    try:
+        await asyncio.gather(*(one(n) for n in range(60)))
+    finally:
+        sink.close()
+    assert 1 <= fsync.calls < 60  # shared
+    assert check(path)
+
+
+async def test_a_failed_fsync_fails_every_waiter_of_its_batch_and_nothing_after_succeeds(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "audit.jsonl"
+    fsync = GatedFsync(error=OSError(5, "Input/output error"))
+    fsync.hold()
+    sink = JsonlFileSink(path, fsync="always", key=KEY, sync_file=fsync)
+    try:
+        writes = [asyncio.ensure_future(sink.write({"n": n})) for n in range(30)]
+        await asyncio.sleep(0)
+        await asyncio.to_thread(fsync.wait_entered)
+        later = [asyncio.ensure_future(sink.write({"n": n})) for n in range(30, 40)]
+        fsync.release()
+        outcomes = await asyncio.gather(*writes, *later, return_exceptions=True)
+    finally:
+        fsync.release()
+        sink.close()
+    assert all(isinstance(outcome, AuditWriteError) for outcome in outcomes), outcomes
+
+
+# --- a failed write denies, whatever fails ------------------------------------------------------
+
+
+def _fsync_fails(path: Path, policy: str) -> JsonlFileSink:
+    fsync = GatedFsync(error=OSError(5, "Input/output error"))
+    return JsonlFileSink(path, fsync=policy, key=KEY, sync_file=fsync)
+
+
+def _head_write_torn(path: Path, policy: str) -> JsonlFileSink:
+    torn = TornWrite()
+    sink = JsonlFileSink(path, fsync=policy, key=KEY, write_head=torn)
+    torn.tear(50)
+    return sink
+
+
+def _closed(path: Path, policy: str) -> JsonlFileSink:
+    sink = JsonlFileSink(path, fsync=policy, key=KEY)
+    sink.close()
+    return sink
+
+
+@pytest.mark.parametrize(
+    ("policy", "failing"),
+    [
+        pytest.param("always", _fsync_fails, id="always-fsync-fails"),
+        pytest.param("always", _head_write_torn, id="always-head-write-torn"),
+        pytest.param("none", _head_write_torn, id="none-head-write-torn"),
+        pytest.param("always", _closed, id="always-sink-closed"),
+        pytest.param("none", _closed, id="none-sink-closed"),
+    ],
+)
+async def test_a_call_whose_decision_record_fails_in_any_way_is_503_audit_failed_and_never_runs(
+    tmp_path: Path, policy: str, failing: Any
+) -> None:
+    sink = failing(tmp_path / "audit.jsonl", policy)
+    recording = RecordingTool("search")
+    gateway = Gateway([recording], authorizer=StaticAuthorizer(True), audit=AuditTrail(sink))
+    try:
+        for _ in range(2):  # the failing write, and the next one on the broken sink
+            result = await gateway.call(ToolCall("c", "search", "{}"))
+            assert (result.status, result.code) == (503, "audit_failed")
+    finally:
+        sink.close()
+    assert recording.calls == []
