@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gateway._errors import InvalidToolCallError
+from gateway._json import Parsed
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,6 +20,10 @@ class ToolCall:
     id: str
     name: str
     arguments: str | bytes = ""
+    # Set only by admitted_call: the strict decoding a surface already made of ``arguments``
+    # (their canonical bytes), which admission then does not repeat. Not a field of the
+    # call: not compared, not shown, not kept by dataclasses.replace.
+    _parsed: Parsed | None = field(default=None, init=False, repr=False, compare=False)
 
     def validate(self) -> None:
         """Check the fields that the call itself owns: a non-empty id, then a non-empty name.
@@ -46,3 +51,21 @@ def _is_text(value: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def admitted_call(call_id: str, name: str, arguments: Parsed) -> ToolCall:
+    """A ToolCall whose arguments a surface decoded strictly: their canonical bytes.
+
+    Admission (``Contract.prepare``) checks the decoded value (depth, schema, validator)
+    instead of decoding the same bytes again; everything else about the call is untrusted
+    as ever.
+    """
+    call = ToolCall(call_id, name, arguments.canonical)
+    object.__setattr__(call, "_parsed", arguments)
+    return call
+
+
+def parsed_arguments(call: ToolCall) -> Parsed | None:
+    """The strict decoding of ``call.arguments`` made by its surface, if any (see above)."""
+    parsed = call._parsed  # noqa: SLF001 - the module's own private slot
+    return parsed if parsed is not None and parsed.canonical is call.arguments else None

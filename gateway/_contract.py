@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Final, Protocol, TypeVar, runtime_checkable
 
 from gateway import _json, _schema
-from gateway._call import ToolCall
+from gateway._call import ToolCall, parsed_arguments
 from gateway._definition import ToolDefinition
 from gateway._errors import InvalidInvocationError, InvalidToolError, InvalidWrappingChainError
 from gateway._output import ToolOutput
@@ -251,7 +251,7 @@ class Contract:
         if _json.is_blank(raw):
             raw = b"{}"
         try:
-            value = _json.parse(raw, max_depth=state.limits.max_depth)
+            value = _decode(call, raw, state.limits.max_depth)
         except _json.StrictJSONError as exc:
             raise InvalidInvocationError.because(
                 f"arguments: value must be one valid RFC 7493 JSON document ({exc})"
@@ -279,6 +279,16 @@ def readmit(invocation: Invocation, arguments: bytes) -> Invocation:
     state = invocation._state  # noqa: SLF001 - this module's own class
     contract = Contract(_TOKEN, state)
     return contract.prepare(ToolCall(invocation.call_id, state.definition.name, arguments))
+
+
+def _decode(call: ToolCall, raw: bytes, max_depth: int) -> _json.JSONValue:
+    parsed = parsed_arguments(call)
+    if parsed is None or parsed.canonical is not raw:
+        return _json.parse(raw, max_depth=max_depth)
+    # Decoded strictly by the surface, and ``raw`` is its canonical encoding: only this
+    # contract's depth bound is left to check.
+    _json.check_depth(parsed.value, max_depth)
+    return parsed.value
 
 
 def _run_validator(validator: InputValidator, raw: bytes) -> None:

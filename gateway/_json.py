@@ -14,6 +14,7 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any, Final
 
@@ -52,6 +53,59 @@ class StrictJSONError(ValueError):
     """Bytes that are not exactly one valid RFC 7493 JSON document within the limits."""
 
 
+#: Told of every strict parse (``"parse"``), trusted parse (``"parse_trusted"``) and canonical
+#: encoding (``"canonical"``) while set: how tests count the work one call does
+#: (``gateway.testing.JsonWork``). ``None`` (the default) costs one comparison per call.
+Observer = Callable[[str], None]
+_observer: Observer | None = None
+
+
+def observe(observer: Observer | None) -> Observer | None:
+    """Set the observer of parses and encodings (``None``: none); return the previous one."""
+    global _observer  # one process-wide hook, set only by tests
+    previous, _observer = _observer, observer
+    return previous
+
+
+class Parsed:
+    """A strictly decoded JSON value and its canonical encoding, made by :func:`encode_parsed`.
+
+    What a surface that decoded a document strictly hands to admission, so that the same
+    value is not decoded again from its own canonical bytes: ``canonical`` is exactly
+    ``canonical(value)`` and decodes to a value equal to ``value``. ``value`` must not be
+    changed once given here (nothing in the gateway changes it).
+    """
+
+    __slots__ = ("canonical", "value")
+
+    def __init__(self, token: object, value: JSONValue, encoded: bytes) -> None:
+        if token is not _PARSED:
+            raise TypeError("Parsed values are made by encode_parsed()")
+        self.value = value
+        self.canonical = encoded
+
+
+_PARSED: Final = object()
+
+
+def encode_parsed(value: JSONValue) -> Parsed:
+    """Encode a value decoded by :func:`parse` canonically, keeping the value beside it.
+
+    Raises:
+        StrictJSONError: the value is not JSON (see :func:`canonical`).
+    """
+    return Parsed(_PARSED, value, canonical(value))
+
+
+def check_depth(value: JSONValue, max_depth: int) -> None:
+    """Check that a value decoded by :func:`parse` nests no deeper than ``max_depth``.
+
+    Raises:
+        StrictJSONError: it nests deeper.
+    """
+    _check_tree(value, max_depth, texts=False)
+
+
 def _reject_constant(name: str) -> Any:
     raise StrictJSONError(f"non-finite number {name} is not JSON")
 
@@ -83,6 +137,8 @@ def parse_trusted(raw: bytes | str, *, exact: bool = True) -> JSONValue:
     Raises:
         StrictJSONError: not exactly one such document.
     """
+    if _observer is not None:
+        _observer("parse_trusted")
     try:
         return json.loads(
             raw,
@@ -151,6 +207,8 @@ def parse(raw: bytes, *, max_depth: int = DEFAULT_MAX_DEPTH) -> JSONValue:
             duplicate member names, non-finite numbers, lone surrogates or noncharacters
             (raw or escaped) at any depth, or nest deeper than ``max_depth``.
     """
+    if _observer is not None:
+        _observer("parse")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -229,6 +287,8 @@ def canonical(value: JSONValue) -> bytes:
     Two documents that differ only in member order or insignificant white space encode to
     the same bytes. Number literals are kept as decoded (``1.0`` and ``1`` stay distinct).
     """
+    if _observer is not None:
+        _observer("canonical")
     out: list[str] = []
     _encode_into(value, out)
     return "".join(out).encode("utf-8")

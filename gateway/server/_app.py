@@ -20,7 +20,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from gateway import _json
-from gateway._call import ToolCall
+from gateway._call import ToolCall, admitted_call
 from gateway._output import MediaContent, TextContent, ToolOutput
 from gateway.approvals import ApprovalDesk
 from gateway.policy import EMPTY_CONTEXT, CallerContext, ToolVisibility
@@ -214,14 +214,15 @@ class GatewayApp:
         if not isinstance(call_id, str) or not isinstance(name, str):
             return "id and name must be strings"
         arguments = document.get("arguments", "")
-        if isinstance(arguments, str):
-            raw: str | bytes = arguments
-        elif isinstance(arguments, dict):
-            # Re-encoded from the exact decoded value: numbers are never rounded.
-            raw = _json.canonical(arguments)
-        else:
-            return "arguments must be a JSON object or JSON text"
-        return ToolCall(call_id, name, raw)
+        if isinstance(arguments, dict):
+            # Re-encoded from the exact decoded value (numbers are never rounded), which
+            # admission checks as it is: the body is the one strict decoding of the call.
+            return admitted_call(call_id, name, _json.encode_parsed(arguments))
+        return (
+            ToolCall(call_id, name, arguments)
+            if isinstance(arguments, str)
+            else "arguments must be a JSON object or JSON text"
+        )
 
     def _result(self, result: CallResult, call: ToolCall, request_id: str) -> JSONResponse:
         if result.ok or result.is_tool_failure:

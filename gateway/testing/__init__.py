@@ -6,7 +6,8 @@ parameter, ``GatedFsync`` for a file sink's ``sync_file`` and ``TornWrite`` for 
 ``write_head``, ``GatedEngine`` for an engine that answers only when a test lets it,
 ``OpaServer`` to run a real ``opa`` binary on loopback, ``BundleServer`` to serve bundles
 as OPA's bundle servers do, and ``RedisServer`` to run a real ``redis-server`` on loopback
-(killed, paused, restarted).
+(killed, paused, restarted). ``JsonWork`` counts the strict JSON parses and canonical
+encodings a piece of code does.
 """
 
 from gateway.testing._bundle_server import BundleServer
@@ -14,6 +15,7 @@ from gateway.testing._engines import UNDEFINED, StaticEngine
 from gateway.testing._fakes import FakeClock, RecordingAuthorizer, RecordingTool, StaticAuthorizer
 from gateway.testing._fsync import GatedFsync, TornWrite
 from gateway.testing._gated import GatedEngine
+from gateway.testing._json_work import JsonWork
 from gateway.testing._live_server import LiveServer
 from gateway.testing._opa_server import OpaContainer, OpaServer, find_opa_binary
 from gateway.testing._redis_server import RedisServer, find_redis_binary
@@ -24,6 +26,7 @@ __all__ = [
     "FakeClock",
     "GatedEngine",
     "GatedFsync",
+    "JsonWork",
     "LiveServer",
     "OpaContainer",
     "OpaServer",
