@@ -48,6 +48,23 @@ TRACE_KEYS: Final = ("traceparent", "tracestate")
 _OK_CODES: Final = frozenset({"ok", "denied"})
 
 
+# The tracer of the service running in this process (one tracing configuration per process,
+# as OpenTelemetry's own global provider): set while a service with [telemetry] is open.
+_ACTIVE: list[Tracer] = []
+
+
+def use_tracer(tracer: Tracer | None) -> None:
+    """Make ``tracer`` the one the surfaces and the engines' clients use (``None``: none)."""
+    _ACTIVE.clear()
+    if tracer is not None:
+        _ACTIVE.append(tracer)
+
+
+def active_tracer() -> Tracer | None:
+    """The tracer set by :func:`use_tracer`, if any."""
+    return _ACTIVE[0] if _ACTIVE else None
+
+
 def new_provider(
     exporter: SpanExporter, *, service_name: str = "gateway", batch: bool = True
 ) -> TracerProvider:
