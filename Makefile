@@ -59,6 +59,7 @@ bundle:
 test: $(STAMP)
 	OPA_BIN="$$(scripts/provision-opa)" && export OPA_BIN && \
 	REDIS_BIN="$$(scripts/provision-redis)" && export REDIS_BIN && \
+	WRK_BIN="$$(scripts/provision-wrk)" && export WRK_BIN && \
 	MCP_PEERS="$$(scripts/provision-mcp)" && export MCP_PEERS && $(BIN)/python -m pytest
 
 # The fast unit suite: no opa, no child process, no live server (tests/conftest.py marks the
@@ -95,7 +96,17 @@ bench-http: $(STAMP)
 .PHONY: reliability
 reliability: $(STAMP)
 	OPA_BIN="$$(scripts/provision-opa)" && export OPA_BIN && \
+	WRK_BIN="$$(scripts/provision-wrk)" && export WRK_BIN && \
 	$(BIN)/python -m reliability --json reliability/results.json --markdown RELIABILITY.md
+
+# Gateway replicas on Linux network namespaces (needs root and iproute2): a signed policy
+# rollout, bundle-server and replica faults, collected audit chains, throughput by replica
+# count; writes SCALEOUT.md.
+.PHONY: scaleout
+scaleout: $(STAMP)
+	OPA_BIN="$$(scripts/provision-opa)" && export OPA_BIN && \
+	WRK_BIN="$$(scripts/provision-wrk)" && export WRK_BIN && \
+	$(BIN)/python -m scaleout --json scaleout/results.json --markdown SCALEOUT.md
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

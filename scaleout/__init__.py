@@ -1,0 +1,1 @@
+"""Scale-out harness: replicas on network namespaces (python -m scaleout, SCALEOUT.md)."""

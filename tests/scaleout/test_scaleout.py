@@ -1,0 +1,53 @@
+"""Replicas on separate network hosts follow one signed policy rollout (scaleout/).
+
+A reduced run of ``python -m scaleout``: a bundle server, one replica on the embedded
+engine and one with an OPA sidecar, each on its own network namespace. A revoking revision
+reaches both (their caches included), and a bundle signed with another key, or the bundle
+server's host cut off, changes nothing: every replica keeps enforcing the last good one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from scaleout.run import converge, hold, scenario_outage, scenario_wrong_key
+from scaleout.topology import Topology, build
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def topology() -> Iterator[Topology]:
+    made = build(("embedded", "opa"))
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def test_every_replica_allows_under_the_first_revision(topology: Topology) -> None:
+    assert hold(topology, granted=True, seconds=1)["wrong"] == 0
+
+
+def test_a_revoking_revision_reaches_every_replica_and_its_cache(topology: Topology) -> None:
+    revoking = topology.make_bundles("revoke", grant=False)
+    for replica in topology.replicas:
+        assert topology.call(replica, "warm") == 200  # now in each replica's cache
+    times = converge(topology, granted=False, since=topology.publish(revoking))
+
+    assert set(times) == {replica.host.name for replica in topology.replicas}
+
+
+def test_a_bundle_signed_with_another_key_changes_nothing_anywhere(topology: Topology) -> None:
+    result = scenario_wrong_key(topology, granted=False)
+
+    assert result["calls"] > 0
+    assert result["wrong"] == 0
+
+
+def test_a_bundle_server_cut_off_changes_nothing_until_it_returns(topology: Topology) -> None:
+    result = scenario_outage(topology, granted=False, how="link down")
+
+    assert (result["calls"] > 0, result["wrong"]) == (True, 0)
