@@ -286,7 +286,7 @@ def start_replica(topology: Topology, replica: Replica) -> None:
 def build(engines: tuple[str, ...] = ("embedded", "embedded", "opa")) -> Topology:
     """Make the hosts, keys and first (granting) bundles, and start every replica."""
     work = Path(tempfile.mkdtemp(prefix="gateway-scaleout-"))
-    network = Network("10.77.0.0/24")
+    network = Network()
     try:
         bundle_host = network.host("bundles")
         client = network.host("client")

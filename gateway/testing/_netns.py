@@ -117,11 +117,16 @@ class Network:
     """A bridge and the hosts on it; a context manager that removes them all.
 
     Args:
-        subnet: an IPv4 /24 for the network (the bridge takes ``.1``, hosts ``.2`` on).
+        subnet: an IPv4 /24 for the network (the bridge takes ``.1``, hosts ``.2`` on); by
+            default one of 10.64.0.0/10 chosen by this process's id, so that two processes'
+            networks do not share addresses.
     """
 
-    def __init__(self, subnet: str = "10.77.0.0/24") -> None:
+    def __init__(self, subnet: str | None = None) -> None:
         require_netns()
+        if subnet is None:
+            pid = os.getpid()
+            subnet = f"10.{64 + pid % 64}.{(pid // 64) % 256}.0/24"
         self._net = ipaddress.ip_network(subnet)
         self._tag = f"{os.getpid() % 100000:05d}"
         self.bridge = f"gb{self._tag}"
