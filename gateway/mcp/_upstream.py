@@ -59,7 +59,7 @@ from gateway._failure import Failure, FailureKind
 from gateway._output import ToolOutput
 from gateway.mcp._content import from_result, gateway_version, public_text
 from gateway.mcp._relay import DOWNSTREAM, Downstream, InputRequest, at_least
-from gateway.service import McpUpstreamConfig, StateLog
+from gateway.service import McpUpstreamConfig, StateLog, active_tracer, mcp_client_span
 
 _LOG: Final = logging.getLogger("gateway.mcp")
 _MAX_PAGES: Final = 100
@@ -353,14 +353,24 @@ class Upstream:
                 ),
             )
         downstream = DOWNSTREAM.get()
+        transport = "pipe" if self._config.command is not None else "tcp"
         try:
-            with self._serving(downstream):
+            with (
+                self._serving(downstream),
+                # A client span whose W3C trace context travels in _meta (when tracing).
+                mcp_client_span(
+                    active_tracer(), tool=tool.remote_name, upstream=self.name, transport=transport
+                ) as trace_meta,
+            ):
+                meta = _request_meta(client, downstream)
+                if trace_meta:
+                    meta = {**(meta or {}), **trace_meta}
                 result = await client.call_tool(
                     tool.remote_name,
                     arguments,
                     read_timeout_seconds=self._config.timeout_s,
                     progress_callback=_progress_callback(downstream),
-                    meta=cast(Any, _request_meta(client, downstream)),
+                    meta=cast(Any, meta),
                 )
         except asyncio.CancelledError:
             raise

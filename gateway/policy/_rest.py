@@ -30,6 +30,7 @@ from typing import Any, Final
 import aiohttp
 import requests
 import requests.adapters
+from opentelemetry import propagate, trace
 
 from gateway import _json
 from gateway.policy._decision import normalize
@@ -346,6 +347,10 @@ class OpaRestEngine:
         if session is None:
             raise EngineUnavailableError("engine is not open")
         headers = _JSON_HEADERS if body is not None else None
+        if trace.get_current_span().get_span_context().is_valid:
+            # The call's W3C trace context, for an OPA that traces (distributed_tracing).
+            headers = dict(headers or {})
+            propagate.inject(headers)
         with _translate(self._timeout):
             async with session.request(method, url, data=body, headers=headers) as response:
                 return response.status, await response.read()

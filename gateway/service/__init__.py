@@ -41,6 +41,13 @@ from gateway.service._middleware import (
     unauthenticated,
 )
 from gateway.service._pipeline import BoundTool, CallResult, CallScope, Gateway, expand
+from gateway.service._tracing import (
+    TraceRequests,
+    active_tracer,
+    inject,
+    mcp_client_span,
+    mcp_server_span,
+)
 
 __all__ = [
     "CALLER_SCOPE_KEY",
@@ -69,6 +76,8 @@ __all__ = [
     "ResultCode",
     "ServiceLog",
     "StateLog",
+    "TraceRequests",
+    "active_tracer",
     "api_key_digest",
     "build_components",
     "build_engine",
@@ -77,8 +86,11 @@ __all__ = [
     "error_body",
     "expand",
     "import_tools",
+    "inject",
     "load_config",
     "load_tools",
+    "mcp_client_span",
+    "mcp_server_span",
     "parse_config",
     "request_id_in",
     "request_id_of",
