@@ -1,13 +1,15 @@
 """Sustained concurrent traffic through the real HTTP service, with latency and memory figures.
 
 The service is built from a configuration exactly as ``gateway serve`` builds it and served
-by uvicorn on 127.0.0.1 in this process; the callers (httpx, :mod:`reliability.client`) run
-in a child process, so that they do not compete with the service for one interpreter lock.
-They send a fixed mix for a bounded time: allowed calls (cached and uncached decisions),
-denied calls, calls refused at admission, unknown tools and unauthenticated requests. Every
-response must be the one its kind expects; this process's resident memory (the service) is
-sampled throughout; afterwards every call is found in the audit trail, and the executions
-the tools counted match the ``ok`` responses.
+by uvicorn (uvloop, httptools) on 127.0.0.1 in this process; the load generator is ``wrk``
+(:mod:`reliability.wrk_mix`), a native process of its own, so that the callers cost the
+service neither its interpreter nor much of the machine. It sends a fixed mix for a bounded
+time, after a warm-up run: allowed calls (cached and uncached decisions), denied calls,
+calls refused at admission, unknown tools and unauthenticated requests. Every answer must
+be the one its kind expects; this process's resident memory (the service) is sampled
+throughout; afterwards every answered call is found in the audit trail, and the executions
+the tools counted match the ``ok`` answers (plus the calls still in flight when wrk stopped,
+which the trail records as executed).
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Mapping
@@ -27,13 +28,11 @@ from typing import Any, Final
 
 from gateway.audit import head_path, trail_files, verify
 from gateway.testing import LiveServer
-from reliability import tools
+from reliability import tools, wrk_mix
 from reliability.client import KINDS
-from reliability.opa import ROOT
 from reliability.service import build
 
 _MIB: Final = 1024 * 1024
-_CHILD_SLACK: Final = 120.0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -85,6 +84,11 @@ class LoadResult:
     memory_flagged: bool = False
     executions: int = 0
     ok_responses: int = 0
+    #: Calls sent but not answered when wrk stopped (recorded in the trail all the same).
+    in_flight: int = 0
+    #: Of those, the ones whose tool ran (the trail's outcome says ``executed``).
+    in_flight_executed: int = 0
+    generator: str = "wrk"
     audit_records: int = 0
     audit_lost: int = 0
     audit_extra: int = 0
@@ -100,7 +104,8 @@ class LoadResult:
             and self.transport_errors == 0
             and self.server_errors == 0
             and not self.memory_flagged
-            and self.executions == self.ok_responses
+            and self.executions == self.ok_responses + self.in_flight_executed
+            and self.in_flight <= 2 * self.callers
             and self.audit_lost == 0
             and self.audit_extra == 0
             and self.trail_verified
@@ -141,40 +146,6 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(share * len(ordered)) - 1))]
 
 
-async def _drive(url: str, engine: str, load: LoadConfig, out: Path) -> None:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "reliability.client",
-        url,
-        str(out),
-        "--callers",
-        str(load.callers),
-        "--duration",
-        str(load.duration),
-        "--warmup",
-        str(load.warmup),
-        "--prefix",
-        engine,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-        cwd=ROOT,
-    )
-    try:
-        async with asyncio.timeout(load.warmup + load.duration + _CHILD_SLACK):
-            _, stderr = await process.communicate()
-    except TimeoutError:
-        process.kill()
-        await process.wait()
-        raise RuntimeError("the load generator did not finish in time") from None
-    if process.returncode != 0:
-        raise RuntimeError(
-            f"the load generator failed (exit {process.returncode}): "
-            f"{stderr.decode(errors='replace')[-2000:]}"
-        )
-
-
 async def _sample_memory(stop: asyncio.Event, every: float) -> list[tuple[float, int]]:
     samples = [(time.perf_counter(), rss_bytes())]
     while not stop.is_set():
@@ -192,26 +163,48 @@ async def run_load(engine: str, config: Mapping[str, Any], load: LoadConfig) -> 
     server = await asyncio.to_thread(LiveServer(service.app).start)
     stop = asyncio.Event()
     sampler = asyncio.get_running_loop().create_task(_sample_memory(stop, load.sample_every))
-    began = time.perf_counter()
     try:
-        with tempfile.TemporaryDirectory(prefix="reliability-load-") as folder:
-            out = Path(folder) / "samples.json"
-            await _drive(server.url, engine, load, out)
-            report = json.loads(out.read_text(encoding="utf-8"))
+        with tempfile.TemporaryDirectory(prefix="reliability-load-") as name:
+            folder = Path(name)
+            warm = await asyncio.to_thread(
+                wrk_mix.run,
+                server.url,
+                prefix=f"{engine}w",
+                connections=load.callers,
+                seconds=load.warmup,
+                folder=folder,
+            )
+            measured_from = time.perf_counter()
+            main = await asyncio.to_thread(
+                wrk_mix.run,
+                server.url,
+                prefix=engine,
+                connections=load.callers,
+                seconds=load.duration,
+                folder=folder,
+            )
     finally:
         stop.set()
         memory = await sampler
         await asyncio.to_thread(server.stop)
-    samples = [Sample(*row) for row in report["samples"]]
+    rows = wrk_mix.as_samples(warm, measured=False) + wrk_mix.as_samples(main, measured=True)
+    samples = [Sample(*row) for row in rows]
     result = LoadResult(engine, load.callers)
-    result.transport_errors = len(report["transport_errors"])
-    result.unexpected_examples.extend(report["transport_errors"][:3])
-    _figures(result, samples, report["measured_s"])
-    # The child's clock started a moment after ours; memory counts from its warm-up's end.
-    measured_from = began + load.warmup
+    for run in (warm, main):
+        if run.socket_errors is not None:
+            result.transport_errors += 1
+            result.unexpected_examples.append(f"wrk socket errors: {run.socket_errors}")
+    _figures(result, samples, main.seconds)
+    result.p50_ms, result.p90_ms, result.p99_ms = (
+        main.percentiles_ms["50"],
+        main.percentiles_ms["90"],
+        main.percentiles_ms["99"],
+    )
+    result.max_ms = 0.0
+    result.p50_ms_by_kind, result.p99_ms_by_kind = {}, {}
     _memory(result, [(at, value) for at, value in memory if at >= measured_from], load)
     result.executions = sum(tools.executions().values())
-    _audit(result, samples, audit_path)
+    _audit(result, samples, audit_path, prefixes=(f"{engine}w-", f"{engine}-"))
     return result
 
 
@@ -257,17 +250,29 @@ def _memory(result: LoadResult, rss: list[tuple[float, int]], load: LoadConfig) 
     result.memory_flagged = result.rss_growth_mib > limit
 
 
-def _audit(result: LoadResult, samples: list[Sample], audit_path: Path) -> None:
+def _audit(
+    result: LoadResult, samples: list[Sample], audit_path: Path, *, prefixes: tuple[str, ...]
+) -> None:
     decisions: collections.Counter[str] = collections.Counter()
     outcomes: collections.Counter[str] = collections.Counter()
     known = {sample.call_id for sample in samples}
+    in_flight: set[str] = set()
     for file in trail_files(audit_path):
         with file.open("rb") as handle:
             for line in handle:
                 record = json.loads(line)
                 result.audit_records += 1
                 call_id = record.get("call_id")
-                if call_id not in known:
+                if (
+                    call_id not in known
+                    and isinstance(call_id, str)
+                    and call_id.startswith(prefixes)
+                ):
+                    # Sent by wrk, not answered before it stopped.
+                    in_flight.add(call_id)
+                    if record.get("outcome") == "executed":
+                        result.in_flight_executed += 1
+                elif call_id not in known:
                     result.audit_extra += 1
                 elif record.get("type") == "decision":
                     decisions[call_id] += 1
@@ -282,6 +287,7 @@ def _audit(result: LoadResult, samples: list[Sample], audit_path: Path) -> None:
             result.audit_lost += 1
         elif got_decisions > want_decisions or got_outcomes > want_outcomes:
             result.audit_extra += 1
+    result.in_flight = len(in_flight)
     verdict = verify(trail_files(audit_path), head=head_path(audit_path))
     result.trail_verified = verdict.ok
     result.trail_error = verdict.error

@@ -79,10 +79,10 @@ def markdown(report: dict[str, Any]) -> str:
     ]
     for run in report["load"]:
         lines.append(
-            f"- Load through the HTTP service ({run['engine']} engine, {run['callers']} "
-            f"callers, {run['duration_s']:.0f} s): {run['requests']} requests, "
-            f"{run['throughput_rps']:.0f} req/s, p50 {run['p50_ms']:.1f} ms, p99 "
-            f"{run['p99_ms']:.1f} ms, unexpected answers {run['unexpected']}, RSS "
+            f"- Load through the HTTP service ({run['engine']} engine, wrk with "
+            f"{run['callers']} connections, {run['duration_s']:.0f} s): {run['requests']} "
+            f"requests, {run['throughput_rps']:.0f} req/s, p50 {run['p50_ms']:.2f} ms, p99 "
+            f"{run['p99_ms']:.2f} ms, unexpected answers {run['unexpected']}, RSS "
             f"{run['rss_start_mib']:.0f} → {run['rss_end_mib']:.0f} MiB (max "
             f"{run['rss_max_mib']:.0f}){' **growth flagged**' if run['memory_flagged'] else ''}."
         )
@@ -173,41 +173,51 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         "The service is assembled from a configuration exactly as `gateway serve` assembles "
         "it (API keys, decision cache, audit trail with `fsync = always`, the shipped "
-        "policies) and served by uvicorn on 127.0.0.1; "
-        f"{load_config['callers']} concurrent httpx callers run in a separate process "
-        f"for {load_config['warmup']:g} s of warm-up and {load_config['duration']:g} s of "
-        "measured traffic. The mix, per 16 requests: 8 allowed and cacheable (`add`), 3 "
+        "policies) and served by uvicorn (uvloop, httptools) on 127.0.0.1; the load "
+        f"generator is `wrk` (one thread, {load_config['callers']} connections), a native "
+        "process of its own, for a warm-up run of "
+        f"{load_config['warmup']:g} s and a measured run of {load_config['duration']:g} s. "
+        "The mix, per 16 requests: 8 allowed and cacheable (`add`), 3 "
         "allowed and never cached (`pay`, TTL 0), 2 denied, 1 refused at admission, 1 "
-        "unknown tool, 1 unauthenticated. Memory is the resident set of the process serving "
+        "unknown tool, 1 unauthenticated; each request has its own call id, and each answer "
+        "is checked against its kind. Latency percentiles are wrk's, over every request of "
+        "the measured run (wrk does not time requests by kind). Calls still in flight when "
+        "wrk stops are not answered to it; the trail records them all the same, and they are "
+        "counted apart. Memory is the resident set of the process serving "
         "the requests, sampled every "
         f"{load_config['sample_every']:g} s after the warm-up; growth is flagged past "
         f"{load_config['growth_limit_mib']:g} MiB or "
         f"{load_config['growth_limit_ratio'] * 100:g} %.",
         "",
-        "| engine | requests | req/s | p50 ms | p90 ms | p99 ms | max ms | unexpected | "
-        "5xx | RSS start / end / max MiB | growth MiB | executions = ok | audit lost | "
-        "trail | passed |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- | "
+        "| engine | requests | req/s | p50 ms | p90 ms | p99 ms | unexpected | "
+        "5xx | RSS start / end / max MiB | growth MiB | executions = ok + in flight | "
+        "audit lost | trail | passed |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- | "
         "---: | --- | --- |",
     ]
     for run in report["load"]:
         lines.append(
             f"| {run['engine']} | {run['requests']} | {run['throughput_rps']:.0f} | "
-            f"{run['p50_ms']:.1f} | {run['p90_ms']:.1f} | {run['p99_ms']:.1f} | "
-            f"{run['max_ms']:.1f} | {run['unexpected'] + run['transport_errors']} | "
+            f"{run['p50_ms']:.2f} | {run['p90_ms']:.2f} | {run['p99_ms']:.2f} | "
+            f"{run['unexpected'] + run['transport_errors']} | "
             f"{run['server_errors']} | {run['rss_start_mib']:.1f} / {run['rss_end_mib']:.1f} / "
             f"{run['rss_max_mib']:.1f} | {round(run['rss_growth_mib'], 1) + 0.0:+.1f}"
             f"{' (flagged)' if run['memory_flagged'] else ''} | "
-            f"{run['executions']} = {run['ok_responses']} | {run['audit_lost']} | "
+            f"{run['executions']} = {run['ok_responses']} + {run['in_flight_executed']} | "
+            f"{run['audit_lost']} | "
             f"{'verifies' if run['trail_verified'] else '**BROKEN**'} | {_yes(run['passed'])} |"
         )
-    lines += ["", "p50 / p99 ms per kind of request:", ""]
+    lines += ["", "Answers per kind of request, and the calls in flight when wrk stopped:", ""]
     for run in report["load"]:
-        kinds = ", ".join(
-            f"{name} {run['p50_ms_by_kind'][name]:.1f} / {run['p99_ms_by_kind'][name]:.1f}"
-            for name in run["p50_ms_by_kind"]
+        kinds = ", ".join(f"{name} {count}" for name, count in sorted(run["by_kind"].items()))
+        average = run.get("load_average")
+        during = (
+            f" Load average (1 / 5 / 15 min) before {_averages(average['before'])}, after "
+            f"{_averages(average['after'])}."
+            if average
+            else ""
         )
-        lines.append(f"- {run['engine']}: {kinds}.")
+        lines.append(f"- {run['engine']}: {kinds}; in flight {run['in_flight']}.{during}")
         for example in run["unexpected_examples"]:
             lines.append(f"  - problem: {example}")
     lines += [
@@ -240,3 +250,7 @@ def markdown(report: dict[str, Any]) -> str:
     lines += [f"- {key}: {value}" for key, value in report["machine"].items()]
     lines += [f"- suite run time: {report['elapsed_s']:.0f} s", ""]
     return "\n".join(lines)
+
+
+def _averages(values: list[float]) -> str:
+    return " / ".join(f"{value:.2f}" for value in values)

@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -65,7 +66,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 config = service_config(
                     audit_path=workdir / f"load-{engine}" / "audit.jsonl", opa_url=url
                 )
-                runs.append((await run_load(engine, config, load)).to_json())
+                before = os.getloadavg()
+                figures = (await run_load(engine, config, load)).to_json()
+                figures["load_average"] = {"before": before, "after": os.getloadavg()}
+                runs.append(figures)
             report["load"] = runs
         finally:
             front.stop()

@@ -35,9 +35,13 @@ async def test_sustained_mixed_traffic_gets_only_expected_answers(
         "unauthenticated",
     }
     assert (result.unexpected, result.transport_errors, result.server_errors) == (0, 0, 0), facts
-    assert 0 < result.p50_ms <= result.p99_ms <= result.max_ms, facts
+    assert result.generator == "wrk"
+    assert 0 < result.p50_ms <= result.p90_ms <= result.p99_ms, facts
     assert result.rss_samples > 0, facts
-    assert result.executions == result.ok_responses > 0, facts
+    # The calls wrk had in flight when it stopped were run and recorded, not answered to it.
+    assert result.ok_responses > 0, facts
+    assert result.executions == result.ok_responses + result.in_flight_executed, facts
+    assert result.in_flight <= 2 * SHORT.callers, facts
     assert (result.audit_lost, result.audit_extra) == (0, 0), facts
     assert result.trail_verified, result.trail_error
     assert result.passed

@@ -56,7 +56,7 @@ def test_the_markdown_names_every_fault_and_quotes_the_figures() -> None:
     assert "Lost audit records: 0" in text
     for fault in FAULTS:
         assert f"| {fault.name} | `{fault.expected}` |" in text
-    assert "p50 4.5 ms, p99 20.5 ms" in text
+    assert "p50 4.50 ms, p99 20.50 ms" in text
     assert "suite run time: 99 s" in text
 
 
