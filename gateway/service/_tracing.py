@@ -12,7 +12,8 @@ The spans follow the OpenTelemetry GenAI and MCP semantic conventions (both in d
 - ``apply_guardrail <tool>`` (``gen_ai.operation.name = apply_guardrail``) around the policy
   decision, inside it: ``gateway.decision`` (``allow`` / ``deny`` / ``error``), the decision
   id, the policy (engine and decision path) and its revision, whether it came from the
-  cache, the result code, and the SHA-256 of the admitted argument bytes;
+  cache, the result code, and the arguments' digest (the audit record's
+  ``arguments_digest``);
 - ``tools/call <tool>`` client spans to upstream MCP servers, whose trace context travels in
   the request's ``params._meta``; a request to an OPA server carries it in its headers.
 
@@ -36,6 +37,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway import _json
 from gateway._authorization import Authorization, Decision
 from gateway._definition import ToolDefinition
 from gateway.service._observe import CallObserver, DecisionWatch, RunWatch, error_code
@@ -115,8 +117,14 @@ def inject(carrier: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
 
 
 def argument_digest(arguments: bytes) -> str:
-    """The SHA-256 of the admitted argument bytes (never the arguments themselves)."""
-    return hashlib.sha256(arguments).hexdigest()
+    """The audit record's ``arguments_digest`` of these arguments (never the arguments).
+
+    The SHA-256 of their canonical JSON; of the bytes themselves if they do not parse.
+    """
+    try:
+        return hashlib.sha256(_json.canonical(_json.parse(arguments))).hexdigest()
+    except _json.StrictJSONError:
+        return hashlib.sha256(arguments).hexdigest()
 
 
 class _DecisionSpan(DecisionWatch):
@@ -310,18 +318,24 @@ def mcp_client_span(
 class TraceRequests:
     """ASGI middleware: a server span per HTTP request to ``paths``, parented by its headers.
 
+    The tracer is ``tracer``, else the open service's (:func:`active_tracer`); with neither,
+    requests pass through untouched.
+
     The span is named ``<METHOD> <route>`` and has the HTTP semantic conventions' method,
     route, scheme and status; never a header value, the query or the body.
     """
 
-    def __init__(self, app: ASGIApp, tracer: Tracer, *, paths: frozenset[str]) -> None:
+    def __init__(
+        self, app: ASGIApp, *, paths: frozenset[str], tracer: Tracer | None = None
+    ) -> None:
         self._app = app
         self._tracer = tracer
         self._paths = paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path")
-        if scope["type"] != "http" or path not in self._paths:
+        tracer = self._tracer or active_tracer()
+        if tracer is None or scope["type"] != "http" or path not in self._paths:
             await self._app(scope, receive, send)
             return
         headers = {
@@ -335,7 +349,7 @@ class TraceRequests:
             "http.route": path,
             "url.scheme": str(scope.get("scheme", "http")),
         }
-        with self._tracer.start_as_current_span(
+        with tracer.start_as_current_span(
             f"{method} {path}",
             context=extract(headers),
             kind=SpanKind.SERVER,

@@ -219,6 +219,9 @@ def build_server(record: Path, variant: Path | None = None) -> Server[Any]:
     ) -> types.CallToolResult | types.InputRequiredResult:
         arguments = params.arguments or {}
         _record(record, {"event": "call", "tool": params.name, "arguments": arguments})
+        traceparent = (params.meta or {}).get("traceparent")
+        if traceparent is not None:  # the W3C trace context a tracing gateway sent
+            _record(record, {"event": "trace", "tool": params.name, "traceparent": traceparent})
         if params.name == "read_file":
             path = str(arguments.get("path"))
             if "crash" in path:
