@@ -65,7 +65,8 @@ class Authenticator:
     """Turns request headers into a caller context, or refuses.
 
     Args:
-        config: API keys and JWT settings.
+        config: API keys, JWT settings and the OAuth resource server (``[auth]``); the
+            arguments below override what it says.
         resource_server: this gateway as an OAuth protected resource: tokens must then
             name its ``resource`` as their audience (RFC 8707), every 401 names its
             metadata, and the middleware serves the metadata.
@@ -86,6 +87,15 @@ class Authenticator:
             (bytes.fromhex(key.sha256), CallerContext(dict(key.context))) for key in config.api_keys
         ]
         self._jwt = config.jwt
+        if jwks is None and config.jwt is not None and config.jwt.jwks_url is not None:
+            jwks = JwksCache(
+                config.jwt.jwks_url,
+                max_age_s=config.jwt.jwks_max_age_s,
+                min_refetch_s=config.jwt.jwks_min_refetch_s,
+            )
+        if max_lifetime_s is None and config.jwt is not None:
+            max_lifetime_s = config.jwt.max_lifetime_s
+        resource_server = resource_server if resource_server is not None else config.oauth
         self._jwks = jwks
         self._jwt_keys = _jwt_keys(config.jwt) if config.jwt is not None and jwks is None else None
         self._resource_server = resource_server

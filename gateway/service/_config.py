@@ -16,6 +16,7 @@ import os
 import re
 import secrets
 import tomllib
+import urllib.parse
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +49,7 @@ from gateway.service._config_models import (
     JwtTable,
     LogTable,
     McpTable,
+    OAuthTable,
     PathsTable,
     ServerTable,
     UpstreamTable,
@@ -55,6 +57,7 @@ from gateway.service._config_models import (
     read_table,
 )
 from gateway.service._logs import check_log_table
+from gateway.service._oauth import JwksCache, ResourceServer
 
 __all__ = ["ConfigError"]  # re-exported: the configuration's error is defined with its models
 
@@ -169,6 +172,10 @@ class JwtConfig:
     audience: str | None = None
     leeway_s: float = 0.0
     claims: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_JWT_CLAIMS))
+    jwks_url: str | None = None
+    jwks_max_age_s: float = 300.0
+    jwks_min_refetch_s: float = 10.0
+    max_lifetime_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -177,6 +184,8 @@ class AuthConfig:
 
     api_keys: tuple[ApiKey, ...] = ()
     jwt: JwtConfig | None = None
+    #: The gateway as an OAuth protected resource (``[auth.oauth]``).
+    oauth: ResourceServer | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -552,7 +561,45 @@ def _read_file(value: str | None, key: str, base: Path) -> str | None:
         raise ConfigError(f"auth.jwt.{key}: cannot read {path}: {exc.strerror}") from None
 
 
-def _jwt(table: JwtTable, base: Path) -> JwtConfig:
+def _oauth(table: OAuthTable | None, has_jwt: bool) -> ResourceServer | None:
+    if table is None:
+        return None
+    if not has_jwt:
+        raise ConfigError("auth.oauth: needs [auth.jwt] (the tokens' keys, issuer and claims)")
+    resource = table.resource
+    if resource is None:
+        raise ConfigError("auth.oauth.resource: required (the audience tokens must name)")
+    parsed = urllib.parse.urlsplit(resource)
+    if parsed.scheme != "https" or not parsed.hostname or parsed.query or parsed.fragment:
+        raise ConfigError("auth.oauth.resource: must be an https URL without query or fragment")
+    if not table.authorization_servers:
+        raise ConfigError("auth.oauth.authorization_servers: name at least one issuer")
+    for value in (*table.authorization_servers, *table.scopes_supported):
+        if not value or '"' in value or "\\" in value or not value.isprintable():
+            raise ConfigError("auth.oauth: issuers and scopes must be plain printable text")
+    return ResourceServer(
+        resource=resource,
+        authorization_servers=table.authorization_servers,
+        scopes_supported=table.scopes_supported,
+        metadata_url=table.metadata_url,
+    )
+
+
+def _check_jwks_url(table: JwtTable) -> None:
+    if table.jwks_url is not None:
+        try:
+            JwksCache(
+                table.jwks_url,
+                max_age_s=table.jwks_max_age_s,
+                min_refetch_s=table.jwks_min_refetch_s,
+            )
+        except ValueError as exc:
+            raise ConfigError(f"auth.jwt.jwks_url: {exc}") from None
+    if table.max_lifetime_s is not None and not table.max_lifetime_s > 0:
+        raise ConfigError("auth.jwt.max_lifetime_s: must be positive")
+
+
+def _jwt(table: JwtTable, base: Path, oauth: ResourceServer | None = None) -> JwtConfig:
     algorithms = table.algorithms or ("RS256",)
     for algorithm in algorithms:
         if algorithm not in _ALGORITHMS:
@@ -567,34 +614,45 @@ def _jwt(table: JwtTable, base: Path) -> JwtConfig:
         secret = value.encode("utf-8")
     public_key = _read_file(table.public_key_file, "public_key_file", base)
     jwks = _read_file(table.jwks_file, "jwks_file", base)
-    if sum(x is not None for x in (secret, public_key, jwks)) != 1:
-        raise ConfigError("auth.jwt: set exactly one of secret_env, public_key_file, jwks_file")
+    if sum(x is not None for x in (secret, public_key, jwks, table.jwks_url)) != 1:
+        raise ConfigError(
+            "auth.jwt: set exactly one of secret_env, public_key_file, jwks_file, jwks_url"
+        )
+    _check_jwks_url(table)
     if secret is not None and not all(a.startswith("HS") for a in algorithms):
         raise ConfigError("auth.jwt.algorithms: a shared secret only works with HS* algorithms")
     if secret is None and any(a.startswith("HS") for a in algorithms):
         raise ConfigError("auth.jwt.algorithms: HS* algorithms need secret_env")
     if table.issuer is None:
         raise ConfigError("auth.jwt.issuer: required (tokens from any issuer would pass)")
-    if table.audience is None:
+    audience = table.audience if oauth is None else oauth.resource
+    if audience is None:
         raise ConfigError("auth.jwt.audience: required (tokens for any service would pass)")
+    if oauth is not None and table.audience not in (None, oauth.resource):
+        raise ConfigError("auth.jwt.audience: must be unset or auth.oauth.resource")
     return JwtConfig(
         algorithms=algorithms,
         secret=secret,
         public_key=public_key,
         jwks=jwks,
         issuer=table.issuer,
-        audience=table.audience,
+        audience=audience,
         leeway_s=table.leeway_s,
         claims=dict(table.claims),
+        jwks_url=table.jwks_url,
+        jwks_max_age_s=table.jwks_max_age_s,
+        jwks_min_refetch_s=table.jwks_min_refetch_s,
+        max_lifetime_s=table.max_lifetime_s,
     )
 
 
 def _auth(table: AuthTable, base: Path) -> AuthConfig:
     api_keys = _api_keys(table.api_keys) + _api_keys_file(table, base)
-    jwt = _jwt(table.jwt, base) if table.jwt is not None else None
+    oauth = _oauth(table.oauth, table.jwt is not None)
+    jwt = _jwt(table.jwt, base, oauth) if table.jwt is not None else None
     if not api_keys and jwt is None:
         raise ConfigError("auth: configure api_keys or jwt; the service never runs unauthenticated")
-    return AuthConfig(api_keys=api_keys, jwt=jwt)
+    return AuthConfig(api_keys=api_keys, jwt=jwt, oauth=oauth)
 
 
 def _server(table: ServerTable) -> ServerConfig:

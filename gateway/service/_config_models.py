@@ -365,11 +365,44 @@ class JwtTable:
     )
     public_key_file: str | None = key("A PEM public key (RS*, ES*).")
     jwks_file: str | None = key("A JWKS document; the token's `kid` picks the key.")
+    jwks_url: str | None = key(
+        "A JWKS URL (`https`, or `http` on loopback): fetched when first needed, kept for "
+        "`jwks_max_age_s`, fetched again for an unknown `kid` at most once per "
+        "`jwks_min_refetch_s`; a token is refused while the keys cannot be fetched."
+    )
+    jwks_max_age_s: float = key("How long keys fetched from `jwks_url` are used.", 300.0)
+    jwks_min_refetch_s: float = key("The least time between two fetches of `jwks_url`.", 10.0)
+    max_lifetime_s: float | None = key(
+        "The longest lifetime (`exp - iat`) a token may have; `iat` is then required."
+    )
     issuer: str | None = key("The `iss` every token must carry.", shown="required")
     audience: str | None = key("The `aud` every token must carry.", shown="required")
     leeway_s: float = key("Clock skew allowed on `exp` and `nbf`, in seconds.", 0.0)
     claims: Mapping[str, str] = key(
         "Caller context field -> claim name.", factory=lambda: dict(DEFAULT_JWT_CLAIMS)
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OAuthTable:
+    """``[auth.oauth]``: the gateway as an OAuth 2.1 resource server (MCP authorization).
+
+    Needs `[auth.jwt]` for the tokens' keys, issuer and claims. The metadata (RFC 9728) is
+    served at `/.well-known/oauth-protected-resource` and named in every 401.
+    """
+
+    resource: str | None = key(
+        "The resource identifier (an `https` URL, e.g. `https://gw.example.com/mcp`): "
+        "every token must name it as its audience (RFC 8707); `auth.jwt.audience` must "
+        "be unset or the same.",
+        shown="required",
+    )
+    authorization_servers: tuple[str, ...] = key(
+        "The issuers clients get tokens from (named in the metadata).", shown="required"
+    )
+    scopes_supported: tuple[str, ...] = key("The scopes the policies know.", ())
+    metadata_url: str | None = key(
+        "Where clients fetch the metadata (default: the well-known URL of `resource`)."
     )
 
 
@@ -382,6 +415,9 @@ class AuthTable:
         "A file (a mounted secret, say) holding more `[[api_keys]]` tables in the same form."
     )
     jwt: JwtTable | None = key("JWT bearer tokens (see `[auth.jwt]`).")
+    oauth: OAuthTable | None = key(
+        "The gateway as an OAuth 2.1 protected resource (see `[auth.oauth]`)."
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

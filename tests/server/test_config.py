@@ -185,7 +185,7 @@ INVALID: list[tuple[str, Change, str]] = [
     ("auth missing", setting("auth", ...), "auth: "),
     ("auth empty", setting("auth", {}), "auth: "),
     ("auth not a table", setting("auth", "keys"), "auth: must be a table"),
-    ("auth unknown key", setting("auth.oauth", {}), "auth.oauth: unknown key"),
+    ("auth unknown key", setting("auth.saml", {}), "auth.saml: unknown key"),
     ("auth.api_keys not a list", setting("auth.api_keys", "k"), "auth.api_keys: "),
     ("auth.api_keys entry not a table", setting("auth.api_keys", ["k"]), "auth.api_keys[0]: "),
     ("sha256 upper case", setting("auth.api_keys.0.sha256", "A" * 64), "auth.api_keys[0].sha256: "),
