@@ -7,7 +7,12 @@ they are re-exported here under the names this package has always offered.
 from gateway.server._app import GatewayApp, output_json
 from gateway.server._http_service import Service, build_service
 from gateway.server._stack import Stack, run_on_fastest_loop, server_stack
-from gateway.server._workers import serve_workers, worker_audit_path, worker_config
+from gateway.server._workers import (
+    check_workers,
+    serve_workers,
+    worker_audit_path,
+    worker_config,
+)
 from gateway.service import (
     Authenticator,
     AuthFailure,
@@ -41,6 +46,7 @@ __all__ = [
     "api_key_digest",
     "build_engine",
     "build_service",
+    "check_workers",
     "expand",
     "import_tools",
     "load_config",

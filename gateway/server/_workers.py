@@ -8,7 +8,9 @@ append to one chain: worker N (from 1) writes ``audit.path`` with ``.N`` before 
 (``audit.jsonl`` -> ``audit.1.jsonl``, its head file beside it), each chain verifiable on
 its own (``gateway audit verify audit.1.jsonl``).
 
-A worker that exits on its own stops the whole service (the parent terminates the others
+Several workers need what they share to live outside them (:func:`check_workers`): the
+session and quota state in Redis, and no approval store. A worker that exits on its own
+stops the whole service (the parent terminates the others
 and exits non-zero): a supervisor (systemd, Kubernetes) restarts it whole, and no worker
 runs with a chain the others would not know of. SIGTERM and SIGINT stop every worker
 gracefully.
@@ -28,7 +30,7 @@ from types import FrameType
 from typing import Final
 
 from gateway.server._stack import server_stack
-from gateway.service import GatewayConfig
+from gateway.service import ConfigError, GatewayConfig
 
 _LOG: Final = logging.getLogger("gateway.server")
 #: The exit status of a service whose worker failed.
@@ -48,6 +50,31 @@ def worker_config(config: GatewayConfig, index: int) -> GatewayConfig:
     if audit.enabled and audit.path is not None:
         audit = dataclasses.replace(audit, path=worker_audit_path(audit.path, index))
     return dataclasses.replace(config, audit=audit)
+
+
+def check_workers(config: GatewayConfig) -> None:
+    """Refuse what several workers cannot share: state or approvals kept in one process.
+
+    Session and quota state in memory would be counted by each worker on its own (a quota
+    of N calls would allow N per worker), and the approval store is one file that one
+    process owns.
+
+    Raises:
+        ConfigError: more than one worker with ``state.backend = "memory"`` or with
+            ``[approvals]`` enabled.
+    """
+    if config.server.workers <= 1:
+        return
+    if config.state.backend != "redis":
+        raise ConfigError(
+            'server.workers: more than one worker needs state.backend = "redis" (state in '
+            "memory is each process's own, so every worker would count its own quotas)"
+        )
+    if config.approvals.enabled:
+        raise ConfigError(
+            "server.workers: more than one worker cannot serve [approvals] (its store is "
+            "one process's)"
+        )
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -94,11 +121,13 @@ def serve_workers(
     :data:`EXIT_WORKER_FAILED` (a worker exited on its own).
 
     Raises:
+        ConfigError: see :func:`check_workers`.
         ValueError: the configuration was not read from a file.
         OSError: the socket cannot be bound.
     """
     if config.source is None:
         raise ValueError("serving several workers needs the configuration's file")
+    check_workers(config)
     count = config.server.workers
     sock = _bind(host, port)
     context = multiprocessing.get_context("spawn")

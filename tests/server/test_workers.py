@@ -19,15 +19,22 @@ import httpx
 import pytest
 
 from gateway.cli import main
-from gateway.server import worker_audit_path, worker_config
+from gateway.server import check_workers, worker_audit_path, worker_config
 from gateway.service import ConfigError, parse_config
+from gateway.testing import RedisServer
 from tests.server.conftest import ALICE, REPO_ROOT
 
 BUNDLE: Final = REPO_ROOT / "bundles" / "policies.tar.gz"
 STARTUP_S: Final = 60.0
 
 
-def _config_text(folder: Path, port: int, workers: int) -> str:
+def _config_text(
+    folder: Path,
+    port: int,
+    workers: int,
+    *,
+    state: str = 'backend = "redis"\nurl = "redis://127.0.0.1:1/0"',
+) -> str:
     digest = hashlib.sha256(ALICE.encode()).hexdigest()
     return f"""
 [engine]
@@ -44,6 +51,9 @@ generate_key = true
 host = "127.0.0.1"
 port = {port}
 workers = {workers}
+
+[state]
+{state}
 
 [[auth.api_keys]]
 sha256 = "{digest}"
@@ -88,9 +98,16 @@ def _serving(pid: int) -> list[int]:
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str, Path]]:
+    # The workers share their session and quota state in a real Redis.
+    with RedisServer() as redis:
+        yield from _serve_two(tmp_path, f'backend = "redis"\nurl = "{redis.url}"')
+
+
+def _serve_two(folder: Path, state: str) -> Iterator[tuple[subprocess.Popen[bytes], str, Path]]:
+    tmp_path = folder
     port = _free_port()
     config = tmp_path / "gateway.toml"
-    config.write_text(_config_text(tmp_path, port, 2), encoding="utf-8")
+    config.write_text(_config_text(tmp_path, port, 2, state=state), encoding="utf-8")
     log = tmp_path / "serve.log"
     with log.open("wb") as output:
         process = subprocess.Popen(
@@ -149,6 +166,43 @@ def _toml(folder: Path, workers: int) -> dict[str, object]:
 def test_a_worker_count_outside_1_to_64_is_refused(tmp_path: Path, workers: int) -> None:
     with pytest.raises(ConfigError, match=r"server\.workers: must be 1-64"):
         parse_config(_toml(tmp_path, workers), base=tmp_path)
+
+
+def test_several_workers_with_session_and_quota_state_in_memory_are_refused(
+    tmp_path: Path,
+) -> None:
+    # Each worker would count its own quotas: a quota of N calls would allow N per worker.
+    data = tomllib.loads(_config_text(tmp_path, 8080, 2, state='backend = "memory"'))
+    with pytest.raises(ConfigError, match=r'server\.workers: .*state\.backend = "redis"'):
+        check_workers(parse_config(data, base=tmp_path))
+    data = tomllib.loads(_config_text(tmp_path, 8080, 2, state=""))
+    with pytest.raises(ConfigError, match=r"server\.workers"):
+        check_workers(parse_config(data, base=tmp_path))
+
+
+def test_several_workers_with_an_approval_store_are_refused(tmp_path: Path) -> None:
+    text = _config_text(tmp_path, 8080, 2) + (
+        f"\n[approvals]\nenabled = true\npath = {json.dumps(str(tmp_path / 'approvals.json'))}\n"
+    )
+    with pytest.raises(ConfigError, match=r"server\.workers: .*\[approvals\]"):
+        check_workers(parse_config(tomllib.loads(text), base=tmp_path))
+
+
+def test_one_worker_may_keep_its_state_in_memory(tmp_path: Path) -> None:
+    data = tomllib.loads(_config_text(tmp_path, 8080, 1, state='backend = "memory"'))
+
+    check_workers(parse_config(data, base=tmp_path))
+
+
+def test_serve_refuses_several_workers_with_state_in_memory_before_starting_any(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "gateway.toml"
+    config.write_text(_config_text(tmp_path, 8080, 2, state=""), encoding="utf-8")
+
+    assert main(["serve", "--config", str(config)]) == 2
+    assert 'state.backend = "redis"' in capsys.readouterr().err
+    assert not list(tmp_path.glob("audit*"))
 
 
 def test_one_worker_is_the_default(tmp_path: Path) -> None:
