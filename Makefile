@@ -89,6 +89,7 @@ bench: $(STAMP)
 bench-http: $(STAMP)
 	OPA_BIN="$$(scripts/provision-opa)" && export OPA_BIN && \
 	WRK_BIN="$$(scripts/provision-wrk)" && export WRK_BIN && \
+	REDIS_BIN="$$(scripts/provision-redis)" && export REDIS_BIN && \
 	$(BIN)/python -m benchmarks.wrk --json benchmarks/http-results.json --markdown BENCHMARKS-HTTP.md
 
 # The reliability and security suite (faults against a real OPA, load); writes RELIABILITY.md.

@@ -4,7 +4,8 @@
 
 - ``gateway serve`` as shipped (embedded engine, decision cache, audit trail), once with
   ``fsync = "batch"`` and once with ``fsync = "always"``, and once more with
-  ``fsync = "batch"`` and ``server.workers = 2``;
+  ``fsync = "batch"`` and ``server.workers = 2`` (their state in a real ``redis-server``,
+  as several workers require);
 - ``gateway mcp --transport http`` (the same configuration), driven with ``tools/call`` in
   one MCP session opened before the run;
 - the floors: a bare Starlette JSON endpoint (:mod:`benchmarks.floor`) on the same uvicorn
@@ -12,7 +13,8 @@
   decision from the sources of that bundle (``policies/``; OPA's server does not evaluate
   the bundle's WebAssembly module), for the input document the gateway builds for that call;
 - with ``--baseline REV``, ``gateway serve`` of another revision (``git archive REV``) with
-  both fsync policies, so that a change is measured before and after in the same run.
+  both fsync policies, so that a change is measured before and after in the same run
+  (``--revision REV`` serves a revision rather than the work tree as the main servers).
 
 Every request is an allowed call of the benchmark's ``add`` tool by alice: after the first,
 a decision cache hit. ``wrk`` (installed by ``scripts/provision-wrk``; ``$WRK_BIN``) drives
@@ -55,6 +57,8 @@ BODY: Final = json.dumps({"id": "c", "name": "add", "arguments": ARGUMENTS}, sep
 DECISION_PATH: Final = "gateway/authz/decision"
 STARTUP_S: Final = 90.0
 CONNECTIONS: Final = (32, 1)
+#: wrk's per-request timeout.
+TIMEOUT_S: Final = 10
 _CLOCK_TICK: Final = os.sysconf("SC_CLK_TCK")
 
 
@@ -85,14 +89,25 @@ def _free_port() -> int:
         return port
 
 
-def _config(folder: Path, fsync: str, port: int, *, workers: int = 1) -> Path:
+def _config(
+    folder: Path,
+    fsync: str,
+    port: int,
+    *,
+    workers: int = 1,
+    bundle: Path = BUNDLE,
+    redis_url: str | None = None,
+) -> Path:
     digest = hashlib.sha256(API_KEY.encode()).hexdigest()
     context = ", ".join(f"{key} = {json.dumps(value)}" for key, value in CONTEXT.items())
     server = f"workers = {workers}\n" if workers != 1 else ""
+    # Several workers share their session and quota state in Redis (the service refuses
+    # them with state in memory).
+    state = f'[state]\nbackend = "redis"\nurl = "{redis_url}"\n' if redis_url else ""
     text = f"""
 [engine]
 kind = "embedded"
-bundle = {json.dumps(str(BUNDLE))}
+bundle = {json.dumps(str(bundle))}
 
 [cache]
 enabled = true
@@ -108,6 +123,7 @@ unkeyed = true
 host = "127.0.0.1"
 port = {port}
 {server}
+{state}
 [[auth.api_keys]]
 sha256 = "{digest}"
 context = {{ {context} }}
@@ -145,6 +161,13 @@ def _children(pid: int) -> list[int]:
         if int(text[text.rindex(")") + 2 :].split()[1]) == pid:
             found.append(int(entry.name))
     return found
+
+
+def _is_helper(pid: int) -> bool:
+    try:
+        return b"resource_tracker" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True
 
 
 def _loaded(pid: int, marker: str) -> bool:
@@ -209,7 +232,8 @@ class Server:
     def record_stack(self) -> None:
         """Which event loop and HTTP parser the serving processes have loaded."""
         pids = self.pids()
-        serving = pids[1:] or pids
+        # The workers when there are (not multiprocessing's resource tracker), else itself.
+        serving = [pid for pid in pids[1:] if not _is_helper(pid)] or pids[:1]
         self.stack = {
             "uvloop": all(_loaded(pid, "uvloop/loop") for pid in serving),
             "httptools": all(_loaded(pid, "httptools/parser") for pid in serving),
@@ -341,6 +365,8 @@ def run_wrk(
             f"-c{connections}",
             f"-d{seconds}s",
             "--latency",
+            "--timeout",
+            f"{TIMEOUT_S}s",
             "-s",
             str(script),
             server.url,
@@ -355,7 +381,9 @@ def run_wrk(
     percentiles = dict(re.findall(r"^\s+(50|75|90|99)%\s+(\S+)[ \t]*$", out, re.MULTILINE))
     if rate is None or total is None or len(percentiles) != 4:
         raise SystemExit(f"benchmarks.wrk: unexpected wrk output:\n{out}")
-    if "Non-2xx" in out or "Socket errors" in out:
+    errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    connect, read, write, timeouts = (int(n) for n in errors.groups()) if errors else (0, 0, 0, 0)
+    if "Non-2xx" in out or connect or read or write:
         raise SystemExit(f"benchmarks.wrk: {server.name} answered errors:\n{out}")
     requests = int(total[1])
     return {
@@ -363,6 +391,8 @@ def run_wrk(
         "requests_per_s": float(rate[1]),
         **{f"p{key}_us": _duration_us(value) for key, value in sorted(percentiles.items())},
         "cpu_us_per_request": ticks / _CLOCK_TICK * 1e6 / max(requests, 1),
+        # Requests not answered within TIMEOUT_S (an overloaded machine), counted, not fatal.
+        "timeouts": timeouts,
         "load_before": load_before,
         "load_after": os.getloadavg()[0],
     }
@@ -386,10 +416,21 @@ def _opa_input() -> str:
     return '{"input":' + document.to_json().decode("utf-8") + "}"
 
 
-def _gateway(name: str, folder: Path, tree: Path, fsync: str, *, workers: int = 1) -> Server:
+def _gateway(
+    name: str,
+    folder: Path,
+    tree: Path,
+    fsync: str,
+    *,
+    workers: int = 1,
+    redis_url: str | None = None,
+) -> Server:
     port = _free_port()
     (folder / name).mkdir()
-    config = _config(folder / name, fsync, port, workers=workers)
+    bundle = tree / "bundles" / "policies.tar.gz"
+    config = _config(
+        folder / name, fsync, port, workers=workers, bundle=bundle, redis_url=redis_url
+    )
     headers = {"Content-Type": "application/json", "X-API-Key": API_KEY}
     return Server(
         name=name,
@@ -402,14 +443,16 @@ def _gateway(name: str, folder: Path, tree: Path, fsync: str, *, workers: int = 
     )
 
 
-def _servers(folder: Path, baseline: Path | None, only: set[str] | None) -> list[Server]:
+def _servers(
+    folder: Path, tree: Path, baseline: Path | None, only: set[str] | None, redis_url: str
+) -> list[Server]:
     from gateway.server import server_stack  # noqa: PLC0415 - after sys.path is set
 
     stack = server_stack()
     servers = [
-        _gateway("http_batch", folder, ROOT, "batch"),
-        _gateway("http_always", folder, ROOT, "always"),
-        _gateway("http_batch_2_workers", folder, ROOT, "batch", workers=2),
+        _gateway("http_batch", folder, tree, "batch"),
+        _gateway("http_always", folder, tree, "always"),
+        _gateway("http_batch_2_workers", folder, tree, "batch", workers=2, redis_url=redis_url),
     ]
     if baseline is not None:
         servers += [
@@ -418,7 +461,9 @@ def _servers(folder: Path, baseline: Path | None, only: set[str] | None) -> list
         ]
     mcp_port = _free_port()
     (folder / "mcp").mkdir()
-    mcp_config = _config(folder / "mcp", "batch", mcp_port)
+    mcp_config = _config(
+        folder / "mcp", "batch", mcp_port, bundle=tree / "bundles" / "policies.tar.gz"
+    )
     servers.append(
         Server(
             name="mcp_http_batch",
@@ -437,7 +482,8 @@ def _servers(folder: Path, baseline: Path | None, only: set[str] | None) -> list
             url=f"http://127.0.0.1:{mcp_port}/mcp",
             script="",
             ready=_ready_mcp,
-            env={"PYTHONPATH": str(ROOT)},
+            env={"PYTHONPATH": str(tree)},
+            cwd=tree,
         )
     )
     floor_port = _free_port()
@@ -486,7 +532,7 @@ def _servers(folder: Path, baseline: Path | None, only: set[str] | None) -> list
                 "*.md",
                 "--ignore",
                 "*.sh",
-                str(ROOT / "policies"),
+                str(tree / "policies"),
             ],
             url=f"http://127.0.0.1:{opa_port}/v1/data/{DECISION_PATH}",
             script=_lua("POST", _opa_input(), {"Content-Type": "application/json"}),
@@ -545,7 +591,7 @@ def _summary(results: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, d
             summary[f"{name}/c{connections}"] = {
                 key: _median(runs, key)
                 for key in ("requests_per_s", "p50_us", "p90_us", "p99_us", "cpu_us_per_request")
-            } | {"rounds": len(runs)}
+            } | {"rounds": len(runs), "timeouts": sum(run["timeouts"] for run in runs)}
     return summary
 
 
@@ -639,15 +685,16 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         "## Servers",
         "",
-        "| server | connections | req/s | p50 µs | p90 µs | p99 µs | CPU µs/request | rounds |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| server | connections | req/s | p50 µs | p90 µs | p99 µs | CPU µs/request | rounds "
+        "| timeouts |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for key, line in report["summary"].items():
         name, connections = key.split("/")
         out.append(
             f"| {name} | {connections[1:]} | {line['requests_per_s']:.0f} | {line['p50_us']:.0f} "
             f"| {line['p90_us']:.0f} | {line['p99_us']:.0f} | {line['cpu_us_per_request']:.0f} "
-            f"| {line['rounds']} |"
+            f"| {line['rounds']} | {line['timeouts']} |"
         )
     out += ["", "Server stack (mapped by the serving processes):", ""]
     out += [
@@ -690,6 +737,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.wrk", description=__doc__)
     parser.add_argument("--seconds", type=int, default=5, help="duration of each wrk run")
     parser.add_argument("--rounds", type=int, default=2, help="rounds over all servers")
+    parser.add_argument(
+        "--revision", metavar="REV", help="serve this git revision (default: the work tree)"
+    )
     parser.add_argument("--baseline", metavar="REV", help="also serve this git revision")
     parser.add_argument("--only", action="append", help="only this server (repeatable)")
     parser.add_argument("--json", type=Path, help="write the report as JSON here")
@@ -699,9 +749,18 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT))
     results: dict[str, dict[str, list[dict[str, Any]]]] = {}
     runs: list[dict[str, Any]] = []
-    with _baseline_tree(args.baseline) as baseline, tempfile.TemporaryDirectory() as name:
+    from gateway.testing import RedisServer  # noqa: PLC0415 - after sys.path is set
+
+    with (
+        _baseline_tree(args.revision) as revision,
+        _baseline_tree(args.baseline) as baseline,
+        tempfile.TemporaryDirectory() as name,
+        RedisServer() as redis,
+    ):
         folder = Path(name)
-        servers = _servers(folder, baseline, set(args.only) if args.only else None)
+        tree = revision if revision is not None else ROOT
+        only = set(args.only) if args.only else None
+        servers = _servers(folder, tree, baseline, only, redis.url)
         for server in servers:
             server.log_path = folder / f"{server.name}.log"
         try:
@@ -738,7 +797,9 @@ def main(argv: list[str] | None = None) -> int:
     summary = _summary(results)
     loads = [run[key] for run in runs for key in ("load_before", "load_after")]
     report = {
-        "machine": _machine() | ({"baseline": args.baseline} if args.baseline else {}),
+        "machine": _machine()
+        | {"revision": args.revision or "work tree"}
+        | ({"baseline": args.baseline} if args.baseline else {}),
         "load": {"min": min(loads), "max": max(loads)},
         "summary": summary,
         "ratios": ratios(summary),
