@@ -50,7 +50,9 @@ argument_module_denials := set() if {
 	object.get(tool, "tenant_args", null) == null
 	object.get(tool, "resource_args", null) == null
 	object.get(tool, "limits", null) == null
-} else := (tenancy_denials | limits_denials) | kind_denials
+	object.get(tool, "approval", null) == null
+	object.get(tool, "redact", null) == null
+} else := ((tenancy_denials | limits_denials) | obligations_denials) | kind_denials
 
 tenancy_denials := data.gateway.authz.tenancy.deny if {
 	data.gateway.authz.tenancy.applies
@@ -58,6 +60,10 @@ tenancy_denials := data.gateway.authz.tenancy.deny if {
 
 limits_denials := data.gateway.authz.limits.deny if {
 	data.gateway.authz.limits.applies
+} else := set()
+
+obligations_denials := data.gateway.authz.obligations.deny if {
+	data.gateway.authz.obligations.applies
 } else := set()
 
 # The deny set of the module for the tool's kind: each of these modules applies to
@@ -120,11 +126,21 @@ valid_ttl(x) if {
 	x == floor(x)
 }
 
+# What an allowed call of a tool with approval or redact settings obliges the gateway to
+# do: the decision's "obligations" (policy contract version 2, obligations.rego).
+obligation_members := data.gateway.authz.obligations.members if {
+	allow
+	data.gateway.authz.obligations.applies
+} else := {}
+
 # METADATA
 # entrypoint: true
-decision := {
-	"allow": allow,
-	"message": message,
-	"reasons": reasons,
-	"cache": {"ttl_s": ttl_s},
-}
+decision := object.union_n([
+	{
+		"allow": allow,
+		"message": message,
+		"reasons": reasons,
+		"cache": {"ttl_s": ttl_s},
+	},
+	obligation_members,
+])

@@ -5,6 +5,7 @@ import data.gateway.authz.exec
 import data.gateway.authz.fixtures_test as fx
 import data.gateway.authz.limits
 import data.gateway.authz.mcp
+import data.gateway.authz.obligations
 import data.gateway.authz.paths
 import data.gateway.authz.rbac
 import data.gateway.authz.sql
@@ -136,7 +137,7 @@ test_only_true_allows if {
 # main.rego evaluates a module's deny set only when the module applies (and none on the
 # fast path for plain generic tools), and skips the caller and rbac deny sets when
 # caller.valid and rbac.permitted hold. The stage sets must still equal the plain unions.
-all_argument_denials := (((((tenancy.deny | mcp.deny) | paths.deny) | urls.deny) | sql.deny) | limits.deny) | exec.deny
+all_argument_denials := ((((((tenancy.deny | mcp.deny) | paths.deny) | urls.deny) | sql.deny) | limits.deny) | exec.deny) | obligations.deny
 
 dispatch_inputs := [fx.request(tool, args, ctx) |
 	some tool in ["add", "search", "read_file", "write_file", "fetch_url", "query_db", "pay", "run_command", "mcp.resources.read", "mcp.prompts.get", "nope"]
@@ -217,6 +218,18 @@ test_stage_dispatch_generic_tool_with_limits if {
 
 test_stage_dispatch_generic_tool_with_malformed_limits if {
 	stages_agree with data.gateway.config.tools.add.limits as "bad"
+}
+
+test_stage_dispatch_generic_tool_with_approval if {
+	stages_agree with data.gateway.config.tools.add.approval as {"arg": "amount", "above": 1, "role": "treasurer"}
+}
+
+test_stage_dispatch_generic_tool_with_malformed_approval if {
+	stages_agree with data.gateway.config.tools.add.approval as "bad"
+}
+
+test_stage_dispatch_generic_tool_with_redact if {
+	stages_agree with data.gateway.config.tools.add.redact as {"patterns": ["x"]}
 }
 
 test_stage_dispatch_payment_kind_without_limits if {
