@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
+from pydantic import Field
+
+from examples.example_tools import SQL, pay
 from gateway import Func, function_tool
 
 
@@ -15,3 +20,16 @@ def ledger(mode: str, limit: int = 1, amount: float = 0) -> dict[str, object]:
 
 
 TOOLS: list[Func] = [ledger]
+
+
+@function_tool
+def query_db(
+    database: str,
+    query: Annotated[str, Field(min_length=1, max_length=10000, json_schema_extra=SQL)],
+) -> dict[str, object]:
+    """The example query_db's schema, answering rows that hold an ssn column."""
+    return {"database": database, "rows": [{"name": "ann", "ssn": "123-45-6789"}]}
+
+
+#: The example pay and a query_db with rows, for the shipped policies.
+SHIPPED_TOOLS: list[Func] = [pay, query_db]
