@@ -14,7 +14,7 @@ import contextlib
 import enum
 import fcntl
 import hashlib
-import hmac
+import json
 import os
 import threading
 import time
@@ -28,6 +28,7 @@ from gateway.audit._chain import (
     HEAD_FILE_SIZE,
     HEAD_SLOT_STRIDE,
     MalformedRecordError,
+    _plain,
     decode,
     encode,
     encode_head,
@@ -78,6 +79,32 @@ class AuditSink(Protocol):
         ...
 
 
+# The record encoder's settings (``_chain.encode``), without its check for circular
+# references: a record is a tree of plain values, and a cycle or nesting past the
+# interpreter's limit raises RecursionError, which fails that record alone.
+_RECORD_ENCODER: Final = json.JSONEncoder(
+    sort_keys=True,
+    separators=(",", ":"),
+    ensure_ascii=False,
+    allow_nan=False,
+    check_circular=False,
+    default=_plain,
+)
+
+
+def _hmac_states(key: bytes) -> tuple[Any, Any]:
+    # HMAC-SHA256 (RFC 2104) with the key's inner and outer blocks hashed once: each record
+    # then costs two copies and two updates instead of a keyed setup.
+    block = hashlib.sha256(key).digest() if len(key) > _SHA256_BLOCK else key
+    block = block.ljust(_SHA256_BLOCK, b"\0")
+    inner = hashlib.sha256(bytes(byte ^ 0x36 for byte in block))
+    outer = hashlib.sha256(bytes(byte ^ 0x5C for byte in block))
+    return inner, outer
+
+
+_SHA256_BLOCK: Final = 64
+
+
 class _Chainer:
     # Chains each record with one canonical encoding: the members that sort before
     # ``hash`` and those after it are encoded apart, so that the hashed body (every member
@@ -88,17 +115,26 @@ class _Chainer:
         self.key = key
         self.seq = seq
         self.prev = prev
+        self._states = _hmac_states(key) if key is not None else None
 
     def chain(self, record: Mapping[str, Any]) -> dict[str, Any]:
         chained, _ = self.chain_line(record)
         return chained
 
+    def _digest(self, payload: bytes) -> str:
+        if self._states is None:
+            return hashlib.sha256(payload).hexdigest()
+        inner, outer = self._states[0].copy(), self._states[1].copy()
+        inner.update(payload)
+        outer.update(inner.digest())
+        return outer.hexdigest()  # type: ignore[no-any-return]
+
     def chain_line(self, record: Mapping[str, Any]) -> tuple[dict[str, Any], bytes]:
         """The chained record and its line; the chain advances only if both are made.
 
         Raises:
-            TypeError, ValueError: the record is not JSON (a member name that is not a
-                string, a lone surrogate, NaN ...).
+            TypeError, ValueError, RecursionError: the record is not JSON (a member name
+                that is not a string, a lone surrogate, NaN, a cycle ...).
         """
         seq, prev = self.seq + 1, self.prev
         before: dict[str, Any] = {}
@@ -110,13 +146,11 @@ class _Chainer:
                 after[name] = value
         after["seq"] = seq
         after["prev"] = prev
-        tail = encode(after)[1:]  # "seq" and "prev" sort after "hash": never empty
-        head = encode(before)[:-1] + b"," if before else b"{"
-        payload = prev.encode("ascii") + b"\n" + head + tail
-        if self.key is not None:
-            digest = hmac.digest(self.key, payload, "sha256").hex()
-        else:
-            digest = hashlib.sha256(payload).hexdigest()
+        encode_part = _RECORD_ENCODER.encode
+        # "seq" and "prev" sort after "hash": the second part is never empty.
+        tail = encode_part(after).encode("utf-8")[1:]
+        head = encode_part(before).encode("utf-8")[:-1] + b"," if before else b"{"
+        digest = self._digest(prev.encode("ascii") + b"\n" + head + tail)
         line = b"".join((head, b'"hash":"', digest.encode("ascii"), b'",', tail, b"\n"))
         chained = {**before, **after, "hash": digest}
         self.seq, self.prev = seq, digest
@@ -400,7 +434,8 @@ class JsonlFileSink:
             # chain only advances for records that encode, so the trail stays whole and usable.
             try:
                 chained, line = self._chainer.chain_line(record)
-            except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
+            # UnicodeEncodeError is a ValueError; a cycle or deep nesting a RecursionError.
+            except (TypeError, ValueError, RecursionError) as exc:
                 future.set_exception(
                     AuditWriteError(f"audit record is not JSON: {type(exc).__name__}")
                 )

@@ -390,7 +390,7 @@ _VALUES = st.recursive(
 
 @given(
     records=st.lists(st.dictionaries(_NAMES, _VALUES, max_size=8), min_size=1, max_size=4),
-    key=st.one_of(st.none(), st.binary(min_size=1, max_size=40)),
+    key=st.one_of(st.none(), st.binary(min_size=1, max_size=100)),  # past one SHA-256 block
 )
 def test_each_line_is_the_canonical_encoding_of_its_record_and_its_hash_the_chain_hash(
     records: list[dict[str, Any]], key: bytes | None
@@ -407,11 +407,36 @@ def test_each_line_is_the_canonical_encoding_of_its_record_and_its_hash_the_chai
         assert chainer.chain_line(record)[1] == line
 
 
-def test_a_record_whose_member_name_is_not_a_string_fails_alone(tmp_path: Path) -> None:
+def _cyclic() -> dict[str, Any]:
+    record: dict[str, Any] = {"n": 1}
+    record["self"] = [record]
+    return record
+
+
+def _deep() -> dict[str, Any]:
+    value: Any = 1
+    for _ in range(100_000):
+        value = [value]
+    return {"deep": value}
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param(lambda: {1: "x"}, id="name-not-a-string"),
+        pytest.param(_cyclic, id="cycle"),
+        pytest.param(_deep, id="nested-past-the-limit"),
+        pytest.param(lambda: {"n": float("nan")}, id="nan"),
+        pytest.param(lambda: {"s": "\ud800"}, id="lone-surrogate"),
+    ],
+)
+def test_a_record_that_is_not_json_fails_alone_and_the_chain_goes_on(
+    tmp_path: Path, bad: Any
+) -> None:
     path = tmp_path / "audit.jsonl"
     with JsonlFileSink(path, fsync="none") as sink:
-        bad = sink.submit({1: "x"})  # type: ignore[dict-item]
+        failed = sink.submit(bad())
         good = sink.submit({"n": 1}).result(WAIT)
-    assert isinstance(bad.exception(WAIT), AuditWriteError)
+    assert isinstance(failed.exception(WAIT), AuditWriteError)
     assert good["seq"] == 1
     assert check(path) == (True, 1, None)
