@@ -23,6 +23,7 @@ from typing import Any, BinaryIO, Final
 import anyio
 import anyio.abc
 import mcp_types as types
+from anyio.streams.file import FileReadStream, FileWriteStream
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import ServerMessageMetadata, SessionMessage
 
@@ -186,6 +187,59 @@ class FdReceiveStream(anyio.abc.ByteReceiveStream):
         return None
 
 
+class FdSendStream(anyio.abc.ByteSendStream):
+    """Bytes written to a pipe, socket or terminal from the event loop, without a thread.
+
+    A write handed to a worker thread waits for that thread to get the interpreter lock,
+    which under load takes up to the switch interval (5 ms) per message. Here each message
+    is written at once on the loop's thread (the descriptor is non-blocking while it is
+    used); only a full pipe waits, in the event loop, until the reader drains it.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    @staticmethod
+    def pollable(fd: int) -> bool:
+        """Whether the event loop can wait on ``fd`` for writing (not a regular file)."""
+        loop = asyncio.get_running_loop()
+        try:
+            loop.add_writer(fd, lambda: None)
+        except (OSError, ValueError, NotImplementedError):
+            return False
+        loop.remove_writer(fd)
+        return True
+
+    async def send(self, item: bytes) -> None:
+        view = memoryview(item)
+        while view:
+            try:
+                written = os.write(self._fd, view)
+            except BlockingIOError:
+                await self._writable()
+                continue
+            except OSError as exc:
+                raise anyio.BrokenResourceError from exc
+            view = view[written:]
+
+    async def _writable(self) -> None:
+        loop = asyncio.get_running_loop()
+        ready: asyncio.Future[None] = loop.create_future()
+
+        def wake() -> None:
+            if not ready.done():
+                ready.set_result(None)
+
+        loop.add_writer(self._fd, wake)
+        try:
+            await ready
+        finally:
+            loop.remove_writer(self._fd)
+
+    async def aclose(self) -> None:
+        return None
+
+
 @contextlib.contextmanager
 def nonblocking(fd: int) -> Iterator[None]:
     """``fd`` is non-blocking while held; its previous mode is restored after."""
@@ -196,6 +250,27 @@ def nonblocking(fd: int) -> Iterator[None]:
     finally:
         with contextlib.suppress(OSError):
             os.set_blocking(fd, blocking)
+
+
+@contextlib.contextmanager
+def std_streams() -> Iterator[tuple[anyio.abc.ByteReceiveStream, anyio.abc.ByteSendStream]]:
+    """The wire streams over this process's stdin and stdout (see :func:`claim_std_fds`).
+
+    On a pipe, socket or terminal they are read and written in the event loop without a
+    worker thread (:class:`FdReceiveStream`, :class:`FdSendStream`): a signal can end the
+    service while stdin is open, and each answer is written as soon as it is ready. On a
+    regular file they fall back to anyio's threaded file streams. Call it on the loop.
+    """
+    with claim_std_fds() as (wire_in, wire_out), contextlib.ExitStack() as modes:
+        stdin: anyio.abc.ByteReceiveStream = FileReadStream(wire_in)
+        stdout: anyio.abc.ByteSendStream = FileWriteStream(wire_out)
+        if FdReceiveStream.pollable(wire_in.fileno()):
+            modes.enter_context(nonblocking(wire_in.fileno()))
+            stdin = FdReceiveStream(wire_in.fileno())
+        if FdSendStream.pollable(wire_out.fileno()):
+            modes.enter_context(nonblocking(wire_out.fileno()))
+            stdout = FdSendStream(wire_out.fileno())
+        yield stdin, stdout
 
 
 @contextlib.contextmanager

@@ -21,6 +21,7 @@ without arguments) means no arguments, ``{}``, as an absent or blank HTTP argume
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Final
@@ -32,7 +33,9 @@ MESSAGE_SCOPE_KEY: Final = "gateway.mcp.message"
 PARSE_ERROR: Final = -32700
 INVALID_REQUEST: Final = -32600
 
-_WS: Final = frozenset(b" \t\n\r")
+_WS_RUN: Final = re.compile(rb"[ \t\n\r]*")
+#: Finds where a bracketed or quoted value ends at C speed; lenient, so only a shortcut.
+_LENIENT: Final = json.JSONDecoder(strict=False)
 _STRING: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _STRUCTURAL: Final = re.compile(rb'["\[\]{}]')
 _SCALAR_END: Final = re.compile(rb'[\s,\]}\[{":]')
@@ -78,10 +81,8 @@ class _MalformedError(Exception):
 
 
 def _skip(data: bytes, index: int) -> int:
-    size = len(data)
-    while index < size and data[index] in _WS:
-        index += 1
-    return index
+    match = _WS_RUN.match(data, index)
+    return index if match is None else match.end()
 
 
 def _string_end(data: bytes, index: int) -> int:
@@ -91,10 +92,26 @@ def _string_end(data: bytes, index: int) -> int:
     return match.end()
 
 
-def _value_end(data: bytes, index: int) -> int:
-    """The end of the JSON value starting at ``index``: structure only, tokens unjudged."""
+def _value_end(data: bytes, index: int, text: str) -> int:
+    """The end of the JSON value starting at ``index``: structure only, tokens unjudged.
+
+    ``text`` is ``data`` decoded as Latin-1 (one character per byte, so the same offsets).
+    An object, array or string that the lenient C decoder reads whole ends where it says:
+    its closing bracket or quote is the one the structural scan below would find. Anything
+    else (a scalar, or a value it refuses) is located by that scan.
+    """
     if index >= len(data):
         raise _MalformedError
+    first = data[index]
+    if first in _OPEN or first == ord('"'):
+        try:
+            return int(_LENIENT.raw_decode(text, index)[1])
+        except (ValueError, RecursionError):
+            pass
+    return _scan_end(data, index)
+
+
+def _scan_end(data: bytes, index: int) -> int:
     first = data[index]
     if first == ord('"'):
         return _string_end(data, index)
@@ -124,7 +141,25 @@ def _value_end(data: bytes, index: int) -> int:
             return position
 
 
-def _members(data: bytes, index: int) -> tuple[dict[str, tuple[int, int]], int]:
+def _name(data: bytes, start: int, end: int) -> str:
+    """The member name of the string token ``data[start:end]`` (quotes included)."""
+    raw = data[start + 1 : end - 1]
+    if b"\\" not in raw:
+        # No escape: the name is its UTF-8 text. Control characters are judged with the
+        # envelope, which keeps every member name (only a tool call's arguments are cut).
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise _MalformedError from None
+    try:
+        name = _json.parse(data[start:end])
+    except _json.StrictJSONError:
+        raise _MalformedError from None
+    assert isinstance(name, str)  # noqa: S101 - a string token
+    return name
+
+
+def _members(data: bytes, index: int, text: str) -> tuple[dict[str, tuple[int, int]], int]:
     """The member spans of the object at ``index`` (duplicate names are malformed)."""
     members: dict[str, tuple[int, int]] = {}
     index = _skip(data, index)
@@ -137,17 +172,14 @@ def _members(data: bytes, index: int) -> tuple[dict[str, tuple[int, int]], int]:
         if index >= len(data) or data[index] != ord('"'):
             raise _MalformedError
         end = _string_end(data, index)
-        try:
-            name = _json.parse(data[index:end])
-        except _json.StrictJSONError:
-            raise _MalformedError from None
+        name = _name(data, index, end)
         if name in members:
             raise _MalformedError
         index = _skip(data, end)
         if index >= len(data) or data[index] != ord(":"):
             raise _MalformedError
         start = _skip(data, index + 1)
-        end = _value_end(data, start)
+        end = _value_end(data, start, text)
         members[name] = (start, end)
         index = _skip(data, end)
         if index >= len(data):
@@ -193,7 +225,8 @@ def _read(data: bytes) -> Message:
     if start < len(data) and data[start] != ord("{"):
         _strict(data)  # a parse error if it is not JSON at all
         raise WireError(INVALID_REQUEST, "Invalid Request: the message must be one JSON object")
-    members, end = _members(data, start)
+    text = data.decode("latin-1")
+    members, end = _members(data, start, text)
     if _skip(data, end) != len(data):
         raise _MalformedError
     method_span = members.get("method")
@@ -203,7 +236,7 @@ def _read(data: bytes) -> Message:
     is_tool_call = method == "tools/call" and "id" in members
     params_span = members.get("params")
     if is_tool_call and params_span is not None and data[params_span[0]] == ord("{"):
-        params, _ = _members(data, params_span[0])
+        params, _ = _members(data, params_span[0], text)
         span = params.get("arguments")
         if span is not None:
             first, last = span
