@@ -45,6 +45,10 @@ class Decision:
     ``obligations`` are what the decision requires done before or after the tool runs
     (see :mod:`gateway.obligations`): whoever runs the tool fulfils every one, or does not
     run it.
+
+    ``required_scopes`` (a refusal only) are the OAuth scopes whose absence refused the
+    call: a surface answers ``insufficient_scope`` naming them, so that the client can ask
+    for a token that has them (step-up authorization).
     """
 
     allowed: bool
@@ -58,6 +62,7 @@ class Decision:
     labels: tuple[str, ...] = field(default=())
     quotas: tuple[tuple[str, int, int], ...] = field(default=())
     obligations: tuple[Obligation, ...] = field(default=())
+    required_scopes: tuple[str, ...] = field(default=())
     # Computed once: the Guard asks on every call, and a Decision never changes.
     _well_formed: bool = field(default=False, init=False, repr=False, compare=False)
 
@@ -92,6 +97,8 @@ class Decision:
             and all(_quota_ok(quota) for quota in self.quotas)
             and isinstance(self.obligations, tuple)
             and all(isinstance(item, OBLIGATION_TYPES) for item in self.obligations)
+            and isinstance(self.required_scopes, tuple)
+            and all(isinstance(scope, str) for scope in self.required_scopes)
         )
 
 

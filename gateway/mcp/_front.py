@@ -46,6 +46,7 @@ from typing import Any, Final
 
 import anyio
 import mcp_types as types
+from anyio.streams.file import FileReadStream, FileWriteStream
 from mcp import MCPError
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel import Server
@@ -62,8 +63,10 @@ from gateway.mcp._content import UpstreamOutput, gateway_version, structured, to
 from gateway.mcp._sessions import SessionGuard, SessionTable
 from gateway.mcp._stdio import (
     DEFAULT_MAX_LINE_BYTES,
+    FdReceiveStream,
+    claim_std_fds,
+    nonblocking,
     pump,
-    std_streams,
 )
 from gateway.mcp._upstream import UpstreamSet
 from gateway.mcp._wire import MESSAGE_SCOPE_KEY, Message
@@ -132,6 +135,9 @@ def _meta(result: CallResult) -> dict[str, Any]:
     meta: dict[str, Any] = {"gateway/code": result.code}
     if result.decision_id is not None:
         meta["gateway/decision_id"] = result.decision_id
+    if result.required_scopes:
+        # Step-up: the OAuth scopes the refusal names as missing, space-separated.
+        meta["gateway/required_scope"] = " ".join(result.required_scopes)
     if result.approval_id is not None:
         meta["gateway/approval_id"] = result.approval_id
     return meta
@@ -371,8 +377,14 @@ class McpFront:
         """
         if self._stdio_context is None:
             raise ValueError("mcp.stdio_context: required for the stdio transport")
-        with std_streams() as (stdin, stdout):
-            await self.serve_streams(stdin, stdout)
+        with claim_std_fds() as (wire_in, wire_out):
+            fd = wire_in.fileno()
+            if FdReceiveStream.pollable(fd):
+                # No reader thread: a signal can end the service while stdin is open.
+                with nonblocking(fd):
+                    await self.serve_streams(FdReceiveStream(fd), FileWriteStream(wire_out))
+            else:
+                await self.serve_streams(FileReadStream(wire_in), FileWriteStream(wire_out))
 
     async def serve_streams(
         self,

@@ -5,8 +5,9 @@ boolean), ``message`` (string), ``reasons`` (array of strings), ``cache`` (an ob
 a non-negative number ``ttl_s``) and ``obligations`` (contract version 2: an array of typed
 obligation objects, read by :func:`gateway.obligations.read_obligations`), ``labels``
 (session labels attached when the call runs) and ``quotas`` (``{"scope", "window_s",
-"limit"}`` objects reserved atomically before it runs; see :mod:`gateway.state`). Only JSON
-``true`` allows. Anything else is malformed.
+"limit"}`` objects reserved atomically before it runs; see :mod:`gateway.state`) and, on a
+refusal only, ``step_up`` (``{"scopes": [...]}``: the OAuth scopes the call needs and the
+caller's token lacks). Only JSON ``true`` allows. Anything else is malformed.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from gateway.obligations import read_obligations
 from gateway.policy._errors import MalformedDecisionError
 
 _MEMBERS: Final = frozenset(
-    {"allow", "message", "reasons", "cache", "obligations", "labels", "quotas"}
+    {"allow", "message", "reasons", "cache", "obligations", "labels", "quotas", "step_up"}
 )
 #: A session label: lower-case ASCII, digits, ``_ . : -``, at most 64 characters.
 _LABEL: Final = re.compile(r"[a-z][a-z0-9_.:-]{0,63}")
@@ -32,6 +33,26 @@ _QUOTA_SCOPES: Final = frozenset(
     {"caller", "caller_tool", "tenant", "tenant_tool", "session", "session_tool"}
 )
 _MAX_WINDOW_S: Final = 31 * 86400
+#: An OAuth scope token (RFC 6749, section 3.3): printable ASCII but space, ``"`` and ``\``.
+_SCOPE_TOKEN: Final = re.compile(r"[\x21\x23-\x5B\x5D-\x7E]{1,128}")
+_MAX_SCOPES: Final = 16
+
+
+def _step_up(value: Any, allow: bool) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    scopes = value.get("scopes") if isinstance(value, dict) and set(value) == {"scopes"} else None
+    scopes = normalize(scopes)
+    if (
+        allow
+        or not isinstance(scopes, list)
+        or not 0 < len(scopes) <= _MAX_SCOPES
+        or not all(isinstance(s, str) and _SCOPE_TOKEN.fullmatch(s) for s in scopes)
+    ):
+        raise MalformedDecisionError(
+            "decision.step_up must be {scopes: [1-16 scope tokens]}, on a refusal only"
+        )
+    return tuple(sorted(set(scopes)))
 
 
 def normalize(value: Any) -> Any:
@@ -143,4 +164,5 @@ def read_decision(
         obligations=read_obligations(normalize(value.get("obligations"))),
         labels=_labels(value.get("labels")),
         quotas=_quotas(value.get("quotas")),
+        required_scopes=_step_up(value.get("step_up"), allow),
     )

@@ -35,6 +35,7 @@ from gateway.service import (
     Gateway,
     GatewayMetrics,
     error_body,
+    insufficient_scope,
     request_id_in,
     request_id_of,
 )
@@ -101,6 +102,7 @@ class GatewayApp:
         visibility: ToolVisibility | None = None,
     ) -> None:
         self._gateway = gateway
+        self._authenticator = authenticator
         # /v1/approvals, behind its own authentication (its paths hold the approval id).
         self._approvals = ApprovalsApi(approvals, authenticator) if approvals is not None else None
         self._visibility = visibility
@@ -241,7 +243,7 @@ class GatewayApp:
             body["approval_id"] = result.approval_id
             body["approval_url"] = approval_url(result.approval_id)
             return self._respond("calls", 202, body, request_id)
-        return self._error(
+        response = self._error(
             "calls",
             result.status,
             result.code,
@@ -249,6 +251,10 @@ class GatewayApp:
             request_id=request_id,
             decision_id=result.decision_id,
         )
+        if result.required_scopes:
+            # Step-up: the client may ask for a token with these scopes and call again.
+            response.headers.update(insufficient_scope(self._authenticator, result.required_scopes))
+        return response
 
     async def healthz(self, request: Request) -> Response:
         """``GET /healthz``: the process is alive."""

@@ -72,6 +72,17 @@ def unauthenticated(
     )
 
 
+def insufficient_scope(authenticator: Authenticator, scopes: tuple[str, ...]) -> dict[str, str]:
+    """The challenge header of a call refused for scopes the caller's token lacks (step-up).
+
+    RFC 6750's ``insufficient_scope`` with the scopes the call needs, and the resource
+    metadata when the gateway is an OAuth resource server.
+    """
+    scope = " ".join(scopes)
+    challenge = authenticator.challenge(error="insufficient_scope", scope=scope)
+    return {"WWW-Authenticate": challenge or f'Bearer error="insufficient_scope", scope="{scope}"'}
+
+
 def request_id_in(scope: Mapping[str, Any]) -> str | None:
     """The request id the middleware put in this scope, if any."""
     found = scope.get(REQUEST_ID_SCOPE_KEY)

@@ -78,6 +78,7 @@ class CallResult:
         output: the tool's output, or a tool Failure's public output.
         decision_id: the policy decision's id, when a decision was made.
         approval_id: the approval the call awaits (code ``approval_pending``).
+        required_scopes: the OAuth scopes a refusal names as missing (step-up), if any.
     """
 
     status: int
@@ -86,6 +87,7 @@ class CallResult:
     output: ToolOutput | None = None
     decision_id: str | None = None
     approval_id: str | None = None
+    required_scopes: tuple[str, ...] = ()
 
     @classmethod
     def of(
@@ -95,9 +97,13 @@ class CallResult:
         output: ToolOutput | None = None,
         decision_id: str | None = None,
         approval_id: str | None = None,
+        *,
+        required_scopes: tuple[str, ...] = (),
     ) -> CallResult:
         """The result for ``code``, with the table's HTTP status."""
-        return cls(code.status, code.value, message, output, decision_id, approval_id)
+        return cls(
+            code.status, code.value, message, output, decision_id, approval_id, required_scopes
+        )
 
     @property
     def ok(self) -> bool:
@@ -379,7 +385,11 @@ class Gateway:
             decision = scope.decision
             if decision is not None and decision.allowed is not True:
                 return CallResult.of(
-                    ResultCode.DENIED, failure.output.text(), None, scope.decision_id
+                    ResultCode.DENIED,
+                    failure.output.text(),
+                    None,
+                    scope.decision_id,
+                    required_scopes=decision.required_scopes,
                 )
             code = (
                 ResultCode.TOOL_REJECTED if failure.kind == "rejected" else ResultCode.TOOL_FAILED

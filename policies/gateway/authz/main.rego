@@ -133,6 +133,14 @@ obligation_members := data.gateway.authz.obligations.members if {
 	data.gateway.authz.obligations.applies
 } else := {}
 
+# A refusal for OAuth scopes the caller's token lacks names them (the decision's "step_up"
+# member), so that the surface can answer insufficient_scope and the client step up.
+step_up_member := {"step_up": {"scopes": data.gateway.authz.rbac.step_up_scopes}} if {
+	not allow
+	data.gateway.authz.caller.valid
+	data.gateway.authz.rbac.step_up_scopes
+} else := {}
+
 # METADATA
 # entrypoint: true
 decision := object.union_n([
@@ -143,4 +151,5 @@ decision := object.union_n([
 		"cache": {"ttl_s": ttl_s},
 	},
 	obligation_members,
+	step_up_member,
 ])

@@ -43,7 +43,35 @@ permitted if {
 	tool.kind in kinds # known_kind
 	count(granting_roles) > 0
 	delegation_ok
+	scopes_ok
 }
+
+# OAuth scopes (tool setting "scopes"): a call needs every listed scope in context.scopes
+# (the scopes of the caller's access token). The decision then names the missing ones
+# (main.rego, "step_up"), so that the client can ask for a token that has them.
+scopes_ok if {
+	object.get(tool, "scopes", null) == null
+} else if {
+	is_array(tool.scopes)
+	count(missing_scopes) == 0
+}
+
+missing_scopes := {s | some s in tool.scopes; is_string(s)} - held_scopes if {
+	is_array(tool.scopes)
+} else := set()
+
+# The scopes a refusal names for step-up: only when the scopes are why a caller whose
+# roles (and acting agent) grant the tool is refused.
+step_up_scopes := sort(missing_scopes) if {
+	count(missing_scopes) > 0
+	tool.kind in kinds
+	count(granting_roles) > 0
+	delegation_ok
+}
+
+held_scopes := {s | some s in ctx.scopes; is_string(s)} if {
+	is_array(ctx.scopes)
+} else := set()
 
 # Delegation (RFC 8693 "act"): a caller context with an "actor" is an agent acting for
 # the subject. It may use only the tools that both the subject's roles grant and
@@ -83,6 +111,18 @@ deny contains denial(module, "the acting agent may not use this tool", sprintf("
 	tool
 	count(granting_roles) > 0
 	not delegation_ok
+}
+
+deny contains denial(module, "the caller's token lacks a required scope", concat("", ["missing scope(s): ", concat(", ", sort(missing_scopes))])) if {
+	tool
+	count(granting_roles) > 0
+	count(missing_scopes) > 0
+}
+
+deny contains denial(module, "this tool is not configured correctly", "tool setting \"scopes\" is not an array") if {
+	tool
+	not object.get(tool, "scopes", null) == null
+	not is_array(tool.scopes)
 }
 
 roles_text := concat("", ["[", concat(", ", sort(roles)), "]"])
