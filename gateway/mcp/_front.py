@@ -46,7 +46,6 @@ from typing import Any, Final
 
 import anyio
 import mcp_types as types
-from anyio.streams.file import FileReadStream, FileWriteStream
 from mcp import MCPError
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel import Server
@@ -63,10 +62,8 @@ from gateway.mcp._content import UpstreamOutput, gateway_version, structured, to
 from gateway.mcp._sessions import SessionGuard, SessionTable
 from gateway.mcp._stdio import (
     DEFAULT_MAX_LINE_BYTES,
-    FdReceiveStream,
-    claim_std_fds,
-    nonblocking,
     pump,
+    std_streams,
 )
 from gateway.mcp._upstream import UpstreamSet
 from gateway.mcp._wire import MESSAGE_SCOPE_KEY, Message
@@ -377,14 +374,8 @@ class McpFront:
         """
         if self._stdio_context is None:
             raise ValueError("mcp.stdio_context: required for the stdio transport")
-        with claim_std_fds() as (wire_in, wire_out):
-            fd = wire_in.fileno()
-            if FdReceiveStream.pollable(fd):
-                # No reader thread: a signal can end the service while stdin is open.
-                with nonblocking(fd):
-                    await self.serve_streams(FdReceiveStream(fd), FileWriteStream(wire_out))
-            else:
-                await self.serve_streams(FileReadStream(wire_in), FileWriteStream(wire_out))
+        with std_streams() as (stdin, stdout):
+            await self.serve_streams(stdin, stdout)
 
     async def serve_streams(
         self,
