@@ -40,6 +40,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from gateway import _json
 from gateway._authorization import Authorization, Decision
 from gateway._definition import ToolDefinition
+from gateway.service._logs import engine_name
 from gateway.service._observe import CallObserver, DecisionWatch, RunWatch, error_code
 
 #: The instrumentation scope of every span.
@@ -152,8 +153,8 @@ class _DecisionSpan(DecisionWatch):
         if decision.decision_id is not None:
             span.set_attribute("gateway.decision.id", decision.decision_id)
         span.set_attribute("gateway.policy.revision", decision.revision or self._revision)
-        if decision.engine is not None:
-            span.set_attribute("gateway.policy.engine", decision.engine)
+        if decision.engine is not None:  # never a server URL's credentials
+            span.set_attribute("gateway.policy.engine", engine_name(decision.engine))
 
     def failed(self, error: Exception) -> None:
         self._inner.failed(error)
@@ -176,9 +177,12 @@ class _RunSpan(RunWatch):
         self._span.set_attribute("gateway.result.code", code)
         if decision is not None and decision.decision_id is not None:
             self._span.set_attribute("gateway.decision.id", decision.decision_id)
-        if code not in _OK_CODES:
+        if code != "ok":
+            # The tool did not run, or failed. A denial is the policy doing its work: its
+            # span says why (error.type) but is not a fault (status unset).
             self._span.set_attribute("error.type", code)
-            self._span.set_status(Status(StatusCode.ERROR))
+            if code not in _OK_CODES:
+                self._span.set_status(Status(StatusCode.ERROR))
 
 
 class TracingObserver(CallObserver):
