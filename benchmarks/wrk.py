@@ -772,8 +772,12 @@ def main(argv: list[str] | None = None) -> int:
                 script.write_text(server.script, encoding="utf-8")
                 run_wrk(wrk, server, script, 32, 1)  # warm-up
             for round_ in range(1, args.rounds + 1):
+                # Each round starts one server further on, so that no server always follows
+                # the same one (an fsync-heavy run leaves the disk busy for the next).
+                shift = (round_ - 1) % len(servers)
+                order = servers[shift:] + servers[:shift]
                 for connections in CONNECTIONS:
-                    for server in servers:
+                    for server in order:
                         script = folder / f"{server.name}.lua"
                         figures = run_wrk(wrk, server, script, connections, args.seconds)
                         results.setdefault(server.name, {}).setdefault(str(connections), [])
