@@ -590,7 +590,10 @@ class EmbeddedEngine:
             self._local.instance = instance
         return instance
 
-    def _run(self, path: str, document: bytes, ticks: int, *, final: bool) -> EngineAnswer:
+    def _run(
+        self, path: str, document: bytes, ticks: int, *, final: bool, tool: bytes | None = None
+    ) -> EngineAnswer:
+        # ``tool``: the text of the document's last member, ``tool`` (InputDocument.tool_json).
         if self._closed:
             raise EngineUnavailableError("embedded engine is closed")
         loaded = self._loaded
@@ -599,11 +602,19 @@ class EmbeddedEngine:
         if entrypoint is None:
             # Only compiled entrypoints can be asked; anything else has no decision.
             return EngineAnswer(defined=False, revision=revision)
-        if _SURROGATE_HINT.search(document) is not None:
-            document = _without_surrogate_escapes(document)
+        escaped = _SURROGATE_HINT.search(document) is not None
         try:
             instance = self._instance(loaded)
-            text = instance.evaluate(entrypoint, document, ticks)
+            text: bytes | None = None
+            if tool is not None and not escaped:
+                head = _head(document, tool)
+                if head is not None:
+                    # The tool's definition is parsed once per instance, not with every input.
+                    text = instance.evaluate_member(entrypoint, head, _TOOL, tool, ticks)
+            if text is None:
+                if escaped:
+                    document = _without_surrogate_escapes(document)
+                text = instance.evaluate(entrypoint, document, ticks)
         except EvaluationTrap as exc:
             # A trapped instance may hold a half-built heap: the thread gets a fresh one.
             self._local.instance = None
@@ -621,17 +632,22 @@ class EmbeddedEngine:
         return _answer(text, revision)
 
     def _run_until(
-        self, path: str, document: InputDocument | bytes, deadline: float
+        self,
+        path: str,
+        document: InputDocument | bytes,
+        deadline: float,
+        tool: bytes | None = None,
     ) -> EngineAnswer:
         # On a worker thread: whatever remains of the deadline set when the call began.
         if not isinstance(document, bytes):
+            tool = document.tool_json
             document = document.to_json()
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise EngineTimeoutError(
                 "embedded evaluation passed its deadline", detail=f"timeout_s={self._timeout_s}"
             )
-        return self._run(path, document, self._ticker.ticks_for(remaining), final=True)
+        return self._run(path, document, self._ticker.ticks_for(remaining), final=True, tool=tool)
 
     def evaluate_sync(self, path: str, document: InputDocument | bytes) -> EngineAnswer:
         """Evaluate ``path`` on the calling thread, for at most ``timeout_s``.
@@ -644,8 +660,9 @@ class EmbeddedEngine:
             EngineUnavailableError: the engine is closed.
             EngineError: the policy failed on this input.
         """
-        encoded = document if isinstance(document, bytes) else document.to_json()
-        return self._run(path, encoded, self._ticks, final=True)
+        if isinstance(document, bytes):
+            return self._run(path, document, self._ticks, final=True)
+        return self._run(path, document.to_json(), self._ticks, final=True, tool=document.tool_json)
 
     async def evaluate(self, path: str, document: InputDocument) -> EngineAnswer:
         """Evaluate, holding the event loop no longer than ``inline_s`` (plus one tick).
@@ -657,17 +674,20 @@ class EmbeddedEngine:
         """
         deadline = time.monotonic() + self._timeout_s
         work: InputDocument | bytes = document
+        tool = document.tool_json
         # Large arguments are encoded off the loop too (canonical JSON and facts take time).
         if len(document.arguments) <= self._inline_bytes:
             work = document.to_json()
             if len(work) <= self._inline_bytes:
                 try:
-                    return self._run(path, work, self._inline_ticks, final=self._inline_final)
+                    return self._run(
+                        path, work, self._inline_ticks, final=self._inline_final, tool=tool
+                    )
                 except _Overrun:
                     pass  # too slow for the loop: again on a thread, within the same deadline
         loop = asyncio.get_running_loop()
         try:
-            job = loop.run_in_executor(self._threads, self._run_until, path, work, deadline)
+            job = loop.run_in_executor(self._threads, self._run_until, path, work, deadline, tool)
         except RuntimeError:  # the executor was shut down by close()
             raise EngineUnavailableError("embedded engine is closed") from None
         job.add_done_callback(_retrieve)
@@ -731,6 +751,27 @@ def _public_url(url: str) -> str:
     except ValueError:
         port = ""
     return f"{parts.scheme}://{host}{port}{parts.path}"
+
+
+#: The member of the input the engine keeps parsed per instance, and how it is spelled.
+_TOOL: Final = b"tool"
+_TOOL_MEMBER: Final = b',"tool":'
+
+
+def _head(document: bytes, tool: bytes) -> bytes | None:
+    # The document without its last member, ``"tool": tool`` (an InputDocument's members
+    # are in sorted order, the tool's last); None if it does not end so. If the head parses
+    # as an object (the instance checks), the whole document is that object with the member
+    # added: what the module then gets is what it would make of the whole document.
+    start = len(document) - len(tool) - len(_TOOL_MEMBER) - 1
+    if (
+        start > 1
+        and document.endswith(b"}")
+        and document.startswith(_TOOL_MEMBER, start)
+        and document.startswith(tool, start + len(_TOOL_MEMBER))
+    ):
+        return document[:start] + b"}"
+    return None
 
 
 def _without_surrogate_escapes(document: bytes) -> bytes:

@@ -46,6 +46,8 @@ _RAW_SIZE: Final = ctypes.sizeof(ffi.wasmtime_val_raw_t)
 _EVAL_ARGS: Final = struct.Struct("<" + f"i{_RAW_SIZE - 4}x" * 7)
 _RESULT_ARG: Final = struct.Struct("<i")
 _NUL: Final = re.compile(b"\0")
+#: A member key this host spells into JSON itself: a plain name, nothing to escape.
+_MEMBER_KEY: Final = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
 
 # Integer-only prototypes of the few C functions on the evaluation path: ctypes converts
 # plain ints in a fraction of the time it takes to build and check typed pointers.
@@ -69,6 +71,58 @@ _ERROR_POINTER: Final = ctypes.POINTER(ffi.wasmtime_error_t)
 _RESULT_MEMO: Final = 4096
 #: Compiled modules remembered per process, by the digest of their bytes.
 _MODULE_MEMO: Final = 16
+#: The most heap an instance gives to members it keeps parsed (a share of its memory cap).
+MEMBER_HEAP_BYTES: Final = 4 << 20
+#: The longest member text kept parsed; a longer one is parsed with its input every time.
+MEMBER_MAX_BYTES: Final = 64 << 10
+#: Heap a member's parsed value may take per byte of its text, reserved before parsing it.
+_MEMBER_HEAP_FACTOR: Final = 16
+
+#: ``opa_eval`` with one member of the input already parsed: the module's own exports in the
+#: order ``opa_eval`` calls them (heap reset, input parsed with ``opa_value_parse``, eval,
+#: ``opa_value_dump``), with ``opa_value_add_path`` putting the parsed member into the input
+#: object between the parse and the evaluation. 0: the head is not an object (the caller
+#: evaluates the whole document instead); -1: eval failed (``opa_eval`` aborts there).
+_MEMBER_EVAL: Final = """
+(module
+  (import "opa" "opa_heap_ptr_set" (func $heap_ptr_set (param i32)))
+  (import "opa" "opa_value_parse" (func $parse (param i32 i32) (result i32)))
+  (import "opa" "opa_value_add_path" (func $add_path (param i32 i32 i32) (result i32)))
+  (import "opa" "opa_eval_ctx_new" (func $ctx_new (result i32)))
+  (import "opa" "opa_eval_ctx_set_entrypoint" (func $set_entrypoint (param i32 i32)))
+  (import "opa" "opa_eval_ctx_set_data" (func $set_data (param i32 i32)))
+  (import "opa" "opa_eval_ctx_set_input" (func $set_input (param i32 i32)))
+  (import "opa" "eval" (func $eval (param i32) (result i32)))
+  (import "opa" "opa_eval_ctx_get_result" (func $get_result (param i32) (result i32)))
+  (import "opa" "opa_value_dump" (func $dump (param i32) (result i32)))
+  (func (export "evaluate")
+    (param $entrypoint i32) (param $data i32) (param $head i32) (param $length i32)
+    (param $heap i32) (param $path i32) (param $member i32) (result i32)
+    (local $input i32) (local $ctx i32)
+    (call $heap_ptr_set (local.get $heap))
+    (local.set $input (call $parse (local.get $head) (local.get $length)))
+    (if (i32.eqz (local.get $input)) (then (return (i32.const 0))))
+    (if (call $add_path (local.get $input) (local.get $path) (local.get $member))
+      (then (return (i32.const 0))))
+    (local.set $ctx (call $ctx_new))
+    (call $set_entrypoint (local.get $ctx) (local.get $entrypoint))
+    (call $set_data (local.get $ctx) (local.get $data))
+    (call $set_input (local.get $ctx) (local.get $input))
+    (if (call $eval (local.get $ctx)) (then (return (i32.const -1))))
+    (call $dump (call $get_result (local.get $ctx)))))
+"""
+_MEMBER_EVAL_IMPORTS: Final = (
+    "opa_heap_ptr_set",
+    "opa_value_parse",
+    "opa_value_add_path",
+    "opa_eval_ctx_new",
+    "opa_eval_ctx_set_entrypoint",
+    "opa_eval_ctx_set_data",
+    "opa_eval_ctx_set_input",
+    "eval",
+    "opa_eval_ctx_get_result",
+    "opa_value_dump",
+)
 
 
 class AbiError(Exception):
@@ -130,6 +184,8 @@ class CompiledPolicy:
     memory_min_pages: int
     entrypoints: Mapping[str, int]
     builtins: Mapping[int, str]
+    #: :data:`_MEMBER_EVAL` compiled for this engine; None: members are parsed every time.
+    member_eval: wasmtime.Module | None = None
 
 
 def compile_policy(
@@ -154,8 +210,19 @@ def compile_policy(
         raise AbiError("policy module needs more memory than the limit")
     policy = CompiledPolicy(engine, module, data, memory_limit, min_pages, {}, {})
     probe = PolicyInstance(policy, check=True)
+    exported = {item.name for item in module.exports}
+    member_eval = (
+        wasmtime.Module(engine, _MEMBER_EVAL) if exported.issuperset(_MEMBER_EVAL_IMPORTS) else None
+    )
     return CompiledPolicy(
-        engine, module, data, memory_limit, min_pages, probe.entrypoints, probe.builtins
+        engine,
+        module,
+        data,
+        memory_limit,
+        min_pages,
+        probe.entrypoints,
+        probe.builtins,
+        member_eval,
     )
 
 
@@ -243,6 +310,9 @@ class PolicyInstance:
 
     The data document is parsed into the heap once; every :meth:`evaluate` resets the heap
     to just after it (``opa_eval`` takes the heap start), so evaluations leave nothing behind.
+    :meth:`evaluate_member` also keeps members of the input (a tool's definition) parsed
+    there, after the data, by their exact text: what the module reads of its input it never
+    writes or frees (it copies before it changes a value, as it does for the data).
     """
 
     def __init__(self, policy: CompiledPolicy, *, check: bool = False) -> None:
@@ -286,6 +356,8 @@ class PolicyInstance:
             "opa_json_parse",
             "opa_value_dump",
             "opa_heap_ptr_get",
+            "opa_heap_ptr_set",
+            "opa_value_parse",
             "builtins",
             "entrypoints",
             "opa_json_dump",
@@ -305,6 +377,26 @@ class PolicyInstance:
         if self._data_addr == 0:
             raise AbiError("policy data is not valid JSON")
         self._heap = self._call("opa_heap_ptr_get", 0, self._context, self._args_at)
+        # Below self._heap and above the data: the members kept parsed, by (key, text).
+        self._data_end = self._heap
+        self._members: dict[tuple[bytes, bytes], tuple[int, int]] = {}
+        self._member_budget = min(MEMBER_HEAP_BYTES, policy.memory_limit // 8)
+        self._member_eval_at = 0
+        if policy.member_eval is not None:
+            self._bind_member_eval(policy.member_eval, exports)
+
+    def _bind_member_eval(self, module: wasmtime.Module, exports: Any) -> None:
+        funcs = [exports.get(name) for name in _MEMBER_EVAL_IMPORTS]
+        if not all(isinstance(func, wasmtime.Func) for func in funcs):
+            return
+        try:
+            shim = wasmtime.Instance(self._store, module, funcs)
+        except (wasmtime.WasmtimeError, wasmtime.Trap):
+            return  # exports of another type: members are parsed with every input
+        func = shim.exports(self._store).get("evaluate")
+        if isinstance(func, wasmtime.Func):
+            self._funcs.append(func)
+            self._member_eval_at = ctypes.addressof(func._func)  # noqa: SLF001
 
     def _bind_buffers(self) -> None:
         # One view of linear memory (its base never moves), the argument slots and the
@@ -380,7 +472,9 @@ class PolicyInstance:
             self._call("opa_json_dump", 1, self._context, self._args_at), self._context
         )
 
-    def _load_json(self, raw: bytes, context: int, args_at: int) -> int:
+    def _load_json(
+        self, raw: bytes, context: int, args_at: int, parser: str = "opa_json_parse"
+    ) -> int:
         _i32_at(args_at).value = len(raw)
         address = self._call("opa_malloc", 1, context, args_at)
         size = _memory_size(context, self._memory_at)
@@ -389,7 +483,7 @@ class PolicyInstance:
         ctypes.memmove(_memory_data(context, self._memory_at) + address, raw, len(raw))
         _i32_at(args_at).value = address
         _i32_at(args_at + _RAW_SIZE).value = len(raw)
-        return self._call("opa_json_parse", 2, context, args_at)
+        return self._call(parser, 2, context, args_at)
 
     # -- host functions ----------------------------------------------------------------------
 
@@ -507,6 +601,93 @@ class PolicyInstance:
             self._raise(error)
         (result,) = _RESULT_ARG.unpack_from(self._args_view)
         return self._read_string(result)
+
+    def evaluate_member(
+        self, entrypoint: int, head: bytes, key: bytes, member: bytes, deadline_ticks: int
+    ) -> bytes | None:
+        """:meth:`evaluate` of ``head`` with ``member`` put in it under ``key``, parsed once.
+
+        ``head`` is the input object without ``key`` (JSON text), ``member`` the exact text
+        of its value; the member is parsed the first time this instance sees that text and
+        kept, so each evaluation parses only the head. The module gets the same input as
+        from the whole document. ``None``: the member cannot be kept here (too long, not
+        JSON, a module without the exports it needs) or the head is not an object; the
+        caller evaluates the whole document instead.
+
+        Raises:
+            EvaluationTrap: the evaluation trapped (``timed_out`` past the deadline).
+        """
+        if not self._member_eval_at:
+            return None
+        context = self._context
+        _set_deadline(context, deadline_ticks)
+        self.builtin_timed_out = False
+        kept = self._members.get((key, member))
+        if kept is None:
+            kept = self._keep(key, member)
+            if kept is None:
+                return None
+        path, value = kept
+        address = self._heap
+        end = address + len(head)
+        if end + _PAGE > self._size:
+            self._refresh()
+            if end + _PAGE > self._size:
+                self._grow(end + _PAGE)
+        self._view[address:end] = head
+        _EVAL_ARGS.pack_into(
+            self._args_view, 0, entrypoint, self._data_addr, address, len(head), end, path, value
+        )
+        trap = self._trap
+        trap.value = None
+        error = _call_unchecked(context, self._member_eval_at, self._args_at, 7, self._trap_at)
+        if error or trap.value:
+            self._raise(error)
+        (result,) = _RESULT_ARG.unpack_from(self._args_view)
+        if result == 0:
+            return None
+        if result == -1:
+            raise EvaluationTrap("eval failed")
+        return self._read_string(result)
+
+    @property
+    def kept_members(self) -> int:
+        """How many member texts this instance keeps parsed."""
+        return len(self._members)
+
+    @property
+    def kept_bytes(self) -> int:
+        """The heap the kept members take (at most :attr:`member_budget`)."""
+        return self._heap - self._data_end
+
+    @property
+    def member_budget(self) -> int:
+        """The most heap kept members may take: ``MEMBER_HEAP_BYTES`` or an eighth of memory."""
+        return self._member_budget
+
+    def _keep(self, key: bytes, member: bytes) -> tuple[int, int] | None:
+        # Parse the member where the next evaluation's heap would start, then start the heap
+        # after it. The region is bounded: when it is full, every member kept is let go.
+        if len(member) > MEMBER_MAX_BYTES or _MEMBER_KEY.fullmatch(key) is None:
+            return None
+        needed = (len(member) + len(key)) * _MEMBER_HEAP_FACTOR
+        if needed > self._member_budget:
+            return None
+        if self._heap - self._data_end + needed > self._member_budget:
+            self._members.clear()
+            self._heap = self._data_end
+        context, args_at = self._context, self._args_at
+        _i32_at(args_at).value = self._heap
+        self._call("opa_heap_ptr_set", 1, context, args_at)
+        path = self._load_json(b'["' + key + b'"]', context, args_at, "opa_value_parse")
+        value = self._load_json(member, context, args_at, "opa_value_parse")
+        if path == 0 or value == 0:
+            return None  # nothing kept: the heap start stays where it was
+        self._heap = self._call("opa_heap_ptr_get", 0, context, args_at)
+        self._refresh()
+        kept = (path, value)
+        self._members[(key, member)] = kept
+        return kept
 
     def _raise(self, error: int | None) -> None:
         # A trap a host builtin returned after its own call back into the module passed the
