@@ -9,7 +9,8 @@
 - ``gateway mcp --transport http`` (the same configuration), driven with ``tools/call`` in
   one MCP session opened before the run;
 - the floors: a bare Starlette JSON endpoint (:mod:`benchmarks.floor`) on the same uvicorn
-  stack as ``gateway serve``, and OPA's own server (``opa run --server``) answering the same
+  stack as ``gateway serve`` (and once more on uvicorn's asyncio loop and h11 parser, to
+  show what that stack buys), and OPA's own server (``opa run --server``) answering the same
   decision from the sources of that bundle (``policies/``; OPA's server does not evaluate
   the bundle's WebAssembly module), for the input document the gateway builds for that call;
 - with ``--baseline REV``, ``gateway serve`` of another revision (``git archive REV``) with
@@ -486,33 +487,38 @@ def _servers(
             cwd=tree,
         )
     )
-    floor_port = _free_port()
-    servers.append(
-        Server(
-            name="starlette",
-            argv=[
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "benchmarks.floor:app",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(floor_port),
-                "--no-access-log",
-                "--log-level",
-                "warning",
-                "--loop",
-                stack["loop"],
-                "--http",
-                stack["http"],
-            ],
-            url=f"http://127.0.0.1:{floor_port}/v1/calls",
-            script=_lua("POST", BODY, {"Content-Type": "application/json"}),
-            ready=_ready_call,
-            env={"PYTHONPATH": str(ROOT)},
+    # The floor on the gateway's stack, and on uvicorn's plain one (what the stack buys).
+    for name, loop, http in (
+        ("starlette", stack["loop"], stack["http"]),
+        ("starlette_asyncio_h11", "asyncio", "h11"),
+    ):
+        floor_port = _free_port()
+        servers.append(
+            Server(
+                name=name,
+                argv=[
+                    sys.executable,
+                    "-m",
+                    "uvicorn",
+                    "benchmarks.floor:app",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(floor_port),
+                    "--no-access-log",
+                    "--log-level",
+                    "warning",
+                    "--loop",
+                    loop,
+                    "--http",
+                    http,
+                ],
+                url=f"http://127.0.0.1:{floor_port}/v1/calls",
+                script=_lua("POST", BODY, {"Content-Type": "application/json"}),
+                ready=_ready_call,
+                env={"PYTHONPATH": str(ROOT)},
+            )
         )
-    )
     opa = os.environ.get("OPA_BIN") or str(ROOT / ".tools" / "bin" / "opa")
     opa_port = _free_port()
     servers.append(
@@ -609,6 +615,14 @@ RATIOS: Final = (
         None,
     ),
     ("http_batch_over_starlette", "http_batch/c32", "starlette/c32", "requests_per_s", None, None),
+    (
+        "starlette_stack_over_asyncio_h11",
+        "starlette/c32",
+        "starlette_asyncio_h11/c32",
+        "requests_per_s",
+        None,
+        None,
+    ),
     (
         "workers_2_over_1",
         "http_batch_2_workers/c32",
