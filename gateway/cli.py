@@ -24,7 +24,16 @@ from gateway._definition import ToolDefinition
 from gateway._errors import GatewayError, InvalidInvocationError
 from gateway._registry import Registry
 from gateway.approvals._cli import add_approvals_command
-from gateway.audit import VerifyResult, head_path, trail_exists, trail_files, verify, verify_trail
+from gateway.audit import (
+    VerifyResult,
+    check_anchors,
+    head_path,
+    read_anchors,
+    trail_exists,
+    trail_files,
+    verify,
+    verify_trail,
+)
 from gateway.policy import (
     GATE_PATH,
     CallerContext,
@@ -150,6 +159,27 @@ def _verify(args: argparse.Namespace) -> int:
             print(f"UNKEYED, intact, proves nothing against a writer: {summary}")
         else:
             print(f"ok: {summary}")
+    if args.anchors:
+        return _verify_anchors(Path(args.anchors), key, [chain for chain, _, _ in chains], status)
+    return status
+
+
+def _verify_anchors(path: Path, key: bytes | None, chains: list[Path], status: int) -> int:
+    if key is None:
+        print("gateway audit verify: --anchors needs the audit key", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        anchors, problems = read_anchors(path, key)
+    except OSError as exc:
+        print(f"gateway audit verify: cannot read {path}: {exc.strerror}", file=sys.stderr)
+        return EXIT_USAGE
+    problems += check_anchors(anchors, chains)
+    for problem in problems:
+        print(f"FAILED: anchors: {problem}", file=sys.stderr)
+    if problems:
+        return EXIT_FAILED
+    writers = len({anchor.writer for anchor in anchors})
+    print(f"ok: {path}: {len(anchors)} anchors of {writers} writer(s), each in a chain given")
     return status
 
 
@@ -387,6 +417,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     verify_parser.add_argument(
         "--no-head", action="store_true", help="skip the truncation check against the head"
+    )
+    verify_parser.add_argument(
+        "--anchors",
+        metavar="FILE",
+        help="an anchor log (audit.anchor_path): every writer's latest anchored record must "
+        "be in one of the chains verified (a trail deleted, cut or rolled back fails)",
     )
     verify_parser.set_defaults(handler=_verify)
 

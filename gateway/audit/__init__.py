@@ -1,5 +1,13 @@
 """The tamper-evident audit trail: records, masking, sinks, hash chain, verification."""
 
+from gateway.audit._anchor import (
+    Anchor,
+    Anchorer,
+    AnchorError,
+    AnchorLog,
+    check_anchors,
+    read_anchors,
+)
 from gateway.audit._chain import (
     GENESIS,
     VerifyResult,
@@ -28,6 +36,10 @@ __all__ = [
     "DEFAULT_NAME_PATTERNS",
     "DEFAULT_VALUE_PATTERNS",
     "GENESIS",
+    "Anchor",
+    "AnchorError",
+    "AnchorLog",
+    "Anchorer",
     "AuditScope",
     "AuditSink",
     "AuditTrail",
@@ -39,9 +51,11 @@ __all__ = [
     "Masker",
     "MemorySink",
     "VerifyResult",
+    "check_anchors",
     "folder_chains",
     "head_path",
     "normalize_name",
+    "read_anchors",
     "record_hash",
     "trail_exists",
     "trail_files",

@@ -8,6 +8,8 @@ REST engine is opened, and the audit sink closed, by :meth:`Components.open` and
 
 from __future__ import annotations
 
+import asyncio
+import socket
 import sys
 import time
 from collections.abc import Iterable
@@ -20,6 +22,8 @@ from gateway.audit import (
     DEFAULT_MASKED_KEYS,
     DEFAULT_NAME_PATTERNS,
     DEFAULT_VALUE_PATTERNS,
+    Anchorer,
+    AnchorLog,
     AuditTrail,
     JsonlFileSink,
     Masker,
@@ -64,6 +68,9 @@ class Components:
     approvals: ApprovalGate | None = None
     desk: ApprovalDesk | None = None
 
+    #: Anchors the chain's durable head in ``audit.anchor_path``, when one is set.
+    anchorer: Anchorer | None = None
+
     def gateway(self, tools: Iterable[Tool | Registry]) -> Gateway:
         """A call pipeline serving ``tools`` behind this authorizer, audit trail and metrics."""
         authorizer = self.replay.authorizer if self.replay is not None else self.authorizer
@@ -99,11 +106,15 @@ class Components:
                 self.observer.log.engine_probed(await self.engine.healthy())
         elif isinstance(self.engine, EmbeddedEngine) and self.config.engine.bundle_url:
             self.engine.start_polling()
+        if self.anchorer is not None:
+            self.anchorer.start()
         if self.replay is not None:
             await self.replay.open()
 
     async def close(self) -> None:
         """Close the engine when it is an OPA server, then the audit sink."""
+        if self.anchorer is not None:
+            await asyncio.to_thread(self.anchorer.stop)  # anchors the last head
         try:
             if self.replay is not None:
                 await self.replay.close()  # before the sink: its last shadow records go there
@@ -285,6 +296,15 @@ def build_components(config: GatewayConfig) -> Components:
     metrics = GatewayMetrics(cache)
     if replay is not None:
         metrics.registry.register(replay.collector)
+    anchorer = None
+    if sink is not None and config.audit.anchor_path is not None and config.audit.key:
+        anchorer = Anchorer(
+            sink.path,
+            AnchorLog(config.audit.anchor_path, config.audit.key),
+            writer=config.audit.anchor_name or f"{socket.gethostname()}:{sink.path.name}",
+            key=config.audit.key,
+            interval_s=config.audit.anchor_interval_s,
+        )
     return Components(
         config=config,
         engine=engine,
@@ -292,6 +312,7 @@ def build_components(config: GatewayConfig) -> Components:
         authorizer=authorizer,
         sink=sink,
         trail=trail,
+        anchorer=anchorer,
         metrics=metrics,
         authenticator=Authenticator(config.auth),
         replay=replay,

@@ -149,6 +149,10 @@ class AuditConfig:
     mask_patterns: tuple[str, ...] = ()
     mask_values: tuple[str, ...] = ()
     mask_pointers: tuple[str, ...] = ()
+    #: Where the chain's durable head is anchored, how often, and under which writer name.
+    anchor_path: Path | None = None
+    anchor_interval_s: float = 60.0
+    anchor_name: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -488,6 +492,11 @@ def _audit(table: AuditTable, base: Path) -> AuditConfig:
         raise ConfigError("audit.max_bytes: must be at least 1")
     key_file = _path(base, table.key_file)
     key = _audit_key(table, key_file)
+    anchor_path = _path(base, table.anchor_path)
+    if anchor_path is not None and key is None:
+        raise ConfigError("audit.anchor_path: anchors are tagged with the audit key; set one")
+    if not table.anchor_interval_s > 0:
+        raise ConfigError("audit.anchor_interval_s: must be positive")
     for pointer in table.mask_pointers:
         if not pointer.startswith("/"):
             raise ConfigError(f"audit.mask_pointers: {pointer!r} is not a JSON pointer")
@@ -515,6 +524,9 @@ def _audit(table: AuditTable, base: Path) -> AuditConfig:
         mask_patterns=table.mask_patterns,
         mask_values=table.mask_values,
         mask_pointers=table.mask_pointers,
+        anchor_path=anchor_path,
+        anchor_interval_s=table.anchor_interval_s,
+        anchor_name=table.anchor_name,
     )
 
 
