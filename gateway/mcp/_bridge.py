@@ -4,8 +4,10 @@
   whenever the set of served tools changes (an upstream's own list_changed, which a
   2026-07-28 upstream sends on the ``subscriptions/listen`` stream the gateway keeps open; an
   upstream coming up after a retry; a reconnection listing a different set); resources and
-  prompts list changes of upstreams are passed on the same way. The tool list does not depend
-  on the policy, so a policy revision changes nothing to announce.
+  prompts list changes of upstreams are passed on the same way. A 2026-07-28 client gets the
+  same three list changes on the ``subscriptions/listen`` streams it opens (:class:`_Listen`),
+  never unsolicited; resource updates are not offered on those streams (the acknowledgement
+  says so).
 - ``logging/setLevel``: remembered per client connection and forwarded to the upstreams that
   log (before 2026-07-28; since then the level travels with each request); upstream log
   messages reach only the client request they belong to (see :mod:`gateway.mcp._relay`).
@@ -34,8 +36,16 @@ from mcp import MCPError
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
+from mcp.server.subscriptions import (
+    InMemorySubscriptionBus,
+    ListenHandler,
+    PromptsListChanged,
+    ResourcesListChanged,
+    ServerEvent,
+    ToolsListChanged,
+)
 from mcp.shared.message import ServerMessageMetadata
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
 from gateway import _json
 from gateway._call import ToolCall
@@ -52,10 +62,37 @@ _LOG: Final = logging.getLogger("gateway.mcp")
 REFUSED: Final = -32010
 _LOG_LEVEL_META: Final = "io.modelcontextprotocol/logLevel"
 _NOT_FOUND_LEGACY: Final = -32002
+#: The most ``subscriptions/listen`` streams open at once (further requests are refused).
+MAX_LISTEN_STREAMS: Final = 256
+
+
+#: Every revision the gateway serves, newest first: per request (2026-07-28) and through the
+#: ``initialize`` handshake (2025-11-25 back to 2024-11-05).
+SUPPORTED_REVISIONS: Final = tuple(
+    sorted({*MODERN_PROTOCOL_VERSIONS, *HANDSHAKE_PROTOCOL_VERSIONS}, reverse=True)
+)
 
 
 class GatewayServer(Server[Any]):
-    """The SDK's low-level server, announcing list changes (handshake revisions)."""
+    """The SDK's low-level server, announcing list changes (handshake revisions).
+
+    ``server/discover`` lists every revision the gateway serves (:data:`SUPPORTED_REVISIONS`),
+    the handshake ones too: a dual-era server advertises both, and a client picks the newest
+    it shares (per request if modern, else through ``initialize``).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.add_request_handler("server/discover", types.RequestParams, self._discover)
+
+    async def _discover(
+        self, ctx: ServerRequestContext[Any, Any], params: types.RequestParams | None
+    ) -> types.DiscoverResult:
+        return types.DiscoverResult(
+            supported_versions=list(SUPPORTED_REVISIONS),
+            capabilities=self.get_capabilities(protocol_version=ctx.protocol_version),
+            instructions=self.instructions,
+        )
 
     def create_initialization_options(
         self,
@@ -188,9 +225,36 @@ class _Tracker:
         self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
     ) -> HandlerResult:
         connection = _connection(ctx)
-        if connection is not None and ctx.method != "initialize":
+        if (
+            connection is not None
+            and ctx.method != "initialize"
+            and ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS
+        ):
+            # A 2026-07-28 client gets its notifications on its subscriptions/listen streams.
             self._connections.add(connection)
         return await call_next(ctx)
+
+
+class _Listen:
+    """``subscriptions/listen`` for 2026-07-28 clients: the list changes, not resource updates.
+
+    The SDK's :class:`ListenHandler` serves each stream (the acknowledgement first, then the
+    matching events, bounded per stream and in number of streams). Resource subscriptions
+    are left out of what is acknowledged: a subscription to a resource is a decision of the
+    policy (``mcp.resources.subscribe``), which a listen filter does not ask, so the
+    acknowledgement tells the client they are not delivered on this stream.
+    """
+
+    def __init__(self, handler: ListenHandler) -> None:
+        self._handler = handler
+
+    async def __call__(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        params: types.SubscriptionsListenRequestParams,
+    ) -> types.SubscriptionsListenResult:
+        honored = params.notifications.model_copy(update={"resource_subscriptions": None})
+        return await self._handler(ctx, params.model_copy(update={"notifications": honored}))
 
 
 class Bridge:
@@ -220,12 +284,18 @@ class Bridge:
         self._subscribers: dict[tuple[str, str], weakref.WeakSet[Any]] = {}
         self._actions: tuple[Gateway, Gateway] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        # The 2026-07-28 clients' listen streams (every list change is published here too).
+        self._bus = InMemorySubscriptionBus()
+        self._listen = ListenHandler(self._bus, max_subscriptions=MAX_LISTEN_STREAMS)
         if upstreams is not None:
             upstreams.on_notice(self._on_notice)
 
     def install(self, server: Server[Any]) -> None:
         """Register the handlers and the connection tracker on ``server``."""
         server.middleware.append(_Tracker(self._connections))
+        server.add_request_handler(
+            "subscriptions/listen", types.SubscriptionsListenRequestParams, _Listen(self._listen)
+        )
         server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, self._set_level)
         server.add_notification_handler(
             "notifications/roots/list_changed", types.NotificationParams, self._roots_changed
@@ -311,6 +381,10 @@ class Bridge:
         self._spawn(
             self._broadcast("notifications/tools/list_changed", None, list(self._connections))
         )
+        self._publish(ToolsListChanged())
+
+    def _publish(self, event: ServerEvent) -> None:
+        self._spawn(self._bus.publish(event))
 
     def _on_notice(self, upstream: Upstream, notice: Notice) -> None:
         if isinstance(notice, types.ResourceUpdatedNotification):
@@ -319,12 +393,14 @@ class Bridge:
             params = {"uri": uri}
             self._spawn(self._broadcast("notifications/resources/updated", params, targets))
             return
+        resources = isinstance(notice, types.ResourceListChangedNotification)
         method = (
             "notifications/resources/list_changed"
-            if isinstance(notice, types.ResourceListChangedNotification)
+            if resources
             else "notifications/prompts/list_changed"
         )
         self._spawn(self._broadcast(method, None, list(self._connections)))
+        self._publish(ResourcesListChanged() if resources else PromptsListChanged())
 
     # -- resources and prompts ------------------------------------------------------------
 
