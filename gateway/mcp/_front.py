@@ -74,6 +74,8 @@ from gateway.service import (
     Authenticator,
     CallResult,
     Gateway,
+    active_tracer,
+    mcp_server_span,
     request_id_in,
 )
 
@@ -362,7 +364,19 @@ class McpFront:
         arguments = self._arguments(ctx, params)
         call = ToolCall(f"mcp-{uuid.uuid4().hex}", params.name, arguments)
         gateway = self._gateway
-        with caller_context(self._caller(ctx)), self._bridge.relay(ctx):
+        request = ctx.request
+        with (
+            caller_context(self._caller(ctx)),
+            self._bridge.relay(ctx),
+            mcp_server_span(  # nothing unless the service traces ([telemetry])
+                active_tracer(),
+                tool=params.name[:128],
+                request_id=ctx.request_id,
+                meta=params.meta if isinstance(params.meta, Mapping) else None,
+                headers=getattr(request, "headers", None),
+                transport="pipe" if request is None else "tcp",
+            ),
+        ):
             result = await gateway.call(call, request_id=self._request_id(ctx))
         return to_call_result(result)
 
