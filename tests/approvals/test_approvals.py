@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 from pathlib import Path
@@ -231,3 +232,22 @@ async def test_a_corrupt_approval_file_refuses_rather_than_guessing(tmp_path: Pa
     result = await world.pay(500)
     assert result.code == "no_decision"
     assert world.tool.count == 0
+
+
+async def test_two_retries_at_once_after_an_approval_run_the_call_once() -> None:
+    world = World()
+    pending = await world.pay(500)
+    await world.desk.decide(pending.approval_id, TREASURER, approve=True)
+    results = await asyncio.gather(*(world.pay(500) for _ in range(4)))
+    assert sorted(r.code for r in results) == ["approval_pending"] * 3 + ["ok"]
+    assert world.tool.count == 1
+
+
+async def test_two_retries_at_once_on_the_file_store_run_the_call_once(tmp_path: Path) -> None:
+    clock = FakeClock(1_700_000_000.0)
+    world = World(FileApprovalStore(tmp_path / "a.json", clock=clock), clock)
+    pending = await world.pay(500)
+    await world.desk.decide(pending.approval_id, TREASURER, approve=True)
+    results = await asyncio.gather(*(world.pay(500) for _ in range(4)))
+    assert [r.code for r in results].count("ok") == 1
+    assert world.tool.count == 1

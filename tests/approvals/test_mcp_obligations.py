@@ -5,15 +5,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import mcp_types as types
+import pytest
 from mcp import Client
 
 from gateway import Authorization, Decision, ToolOutput
 from gateway.approvals import ApprovalDesk, ApprovalGate, MemoryApprovalStore
 from gateway.audit import AuditTrail, MemorySink
-from gateway.mcp import McpFront
-from gateway.obligations import read_obligations
+from gateway.mcp import McpFront, to_call_result
+from gateway.mcp._content import UpstreamOutput, from_result
+from gateway.obligations import OutputWithheldError, read_obligations, redact_output
 from gateway.policy import CallerContext, current_caller
-from gateway.service import Gateway
+from gateway.service import CallResult, Gateway, ResultCode
 from gateway.testing import FakeClock, RecordingAuthorizer, RecordingTool
 
 CLERK = CallerContext(subject="carl", roles=["clerk"])
@@ -81,3 +84,24 @@ async def test_an_mcp_result_has_its_structured_content_and_text_redacted() -> N
     assert result.is_error is False
     assert result.structured_content == {"rows": [{"name": "ann", "ssn": "[redacted]"}]}
     assert "123-45" not in _text(result)
+
+
+def _upstream(*extra: types.ContentBlock) -> UpstreamOutput:
+    blocks: list[types.ContentBlock] = [types.TextContent(text=json.dumps(ROWS)), *extra]
+    return from_result(types.CallToolResult(content=blocks, structured_content=ROWS))
+
+
+def test_an_upstream_result_is_answered_redacted_never_as_the_upstream_sent_it() -> None:
+    [obligation] = read_obligations([{"type": "redact_output", "pointers": ["/rows/*/ssn"]}])
+    redacted = redact_output(_upstream(), (obligation,))  # type: ignore[arg-type]
+    assert not isinstance(redacted, UpstreamOutput)
+    answered = to_call_result(CallResult.of(ResultCode.OK, None, redacted))
+    assert answered.structured_content == {"rows": [{"name": "ann", "ssn": "[redacted]"}]}
+    assert "123-45" not in answered.model_dump_json()
+
+
+def test_an_upstream_result_with_a_block_redaction_cannot_read_is_withheld() -> None:
+    [obligation] = read_obligations([{"type": "redact_output", "pointers": ["/rows/*/ssn"]}])
+    link = types.ResourceLink(name="r", uri="file:///x/123-45-6789")
+    with pytest.raises(OutputWithheldError):
+        redact_output(_upstream(link), (obligation,))  # type: ignore[arg-type]
