@@ -118,9 +118,7 @@ class Approval:
             raise ApprovalError(
                 "approval_store_corrupt", "an approval record is malformed"
             ) from None
-        if approval.status not in STATUSES or not all(
-            isinstance(v, str) for v in (approval.id, key.tool, key.arguments_digest, approval.role)
-        ):
+        if not _well_typed(approval):
             raise ApprovalError("approval_store_corrupt", "an approval record is malformed")
         return approval
 
@@ -141,6 +139,30 @@ class Approval:
             "decided_at": self.decided_at,
             "used_at": self.used_at,
         }
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _text(value: object, *, optional: bool = False) -> bool:
+    return isinstance(value, str) or (optional and value is None)
+
+
+def _well_typed(approval: Approval) -> bool:
+    key = approval.key
+    return (
+        isinstance(approval.status, str)
+        and approval.status in STATUSES
+        and all(_text(v) for v in (approval.id, key.tool, key.arguments_digest, approval.role))
+        and _text(key.caller_digest)
+        and all(_text(v, optional=True) for v in (approval.revision, approval.subject))
+        and all(_text(v, optional=True) for v in (approval.message, approval.decided_by))
+        and _number(approval.created_at)
+        and _number(approval.expires_at)
+        and all(v is None or _number(v) for v in (approval.decided_at, approval.used_at))
+        and all(_text(role) for role in approval.decided_roles)
+    )
 
 
 Change = Callable[[Approval], Approval]
