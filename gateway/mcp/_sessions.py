@@ -5,14 +5,19 @@ opened it (:attr:`~gateway.service.Identity.principal`: which API key, or which 
 and subject). A request naming a session that another principal opened gets exactly the
 answer an unknown session gets (404, "Session not found"), whether it posts, listens or
 deletes; the owner's session is untouched. Each principal may hold at most
-``max_per_caller`` open sessions; a request that would open one more is answered 429 with
-a JSON-RPC error, and nothing is created. A slot frees when its session is deleted, when
-it has had no request in flight for ``idle_timeout`` seconds (the SDK is given the same
-timeout and ends it too), or when the SDK no longer knows it.
+``max_per_caller`` open sessions. A principal at its limit that opens one more gets it: its
+session that has been idle longest (no request in flight) is ended first, in the SDK too,
+and answers 404 from then on, as the specification lets a server end a session at any time
+(a client that never sends ``DELETE`` cannot lock its principal out). Only when every one
+of its sessions has a request in flight (a stream open, a call running) is the request
+answered 429 with a JSON-RPC error, and nothing is created. So the sessions held stay
+bounded by ``max_per_caller`` per principal. A slot also frees when its session is
+deleted, when it has had no request in flight for ``idle_timeout`` seconds (the SDK is
+given the same timeout and ends it too), or when the SDK no longer knows it.
 
 Opening a session is audit-or-deny: the ``session`` record (``event: opened``) must be
 durable before the client learns the session id, or the answer is 503 and the session is
-never usable. Closing (``closed``: deleted, expired, ended) and refusals (``refused``:
+never usable. Closing (``closed``: deleted, expired, evicted, ended) and refusals (``refused``:
 ``session_limit``, ``not_owner``) are recorded as they happen. Records name the session by
 a digest of its id, never the id itself.
 """
@@ -170,6 +175,16 @@ class SessionTable:
             self._expire(session_id, self._sessions[session_id])
         holder = self._principals.get(principal)
         return 0 if holder is None else len(holder.sessions) + holder.pending
+
+    def oldest_idle(self, principal: str) -> str | None:
+        """This principal's session idle the longest (no request in flight), if any."""
+        holder = self._principals.get(principal)
+        idle = [
+            (self._sessions[session_id].idle_since, session_id)
+            for session_id in (holder.sessions if holder is not None else ())
+            if self._sessions[session_id].in_flight == 0
+        ]
+        return min(idle)[1] if idle else None
 
     def reserve(self, principal: str) -> bool:
         """Hold a slot for a session about to be opened; whether one was free."""
@@ -416,7 +431,11 @@ class SessionGuard:
         inner_scope, inner_receive = read
         message = inner_scope.get(MESSAGE_SCOPE_KEY)
         opening = message is not None and message.method == "initialize"
-        if opening and not self._table.reserve(caller.principal):
+        if (
+            opening
+            and not self._table.reserve(caller.principal)
+            and not await self._evict(inner_scope, caller)
+        ):
             _LOG.warning("MCP request %s: the caller holds too many sessions", caller.request_id)
             self._note(self._record("refused", None, caller, "session_limit"))
             response = _rpc_error(
@@ -462,6 +481,39 @@ class SessionGuard:
                 self._table.unreserve(caller.principal)
             while opened:
                 self._table.leave(opened.pop())
+
+    async def _evict(self, scope: Scope, caller: _Caller) -> bool:
+        """End the caller's longest idle session to make room; whether a slot was reserved."""
+        victim = self._table.oldest_idle(caller.principal)
+        if victim is None:
+            return False
+        self._table.close(victim)
+        _LOG.info("MCP session %s ended to open a newer one", session_digest(victim))
+        self._note(self._record("closed", victim, caller, "evicted"))
+        await self._terminate(scope, victim)
+        return self._table.reserve(caller.principal)
+
+    async def _terminate(self, scope: Scope, session_id: str) -> None:
+        """End ``session_id`` in the SDK as its client's ``DELETE`` would (nothing is sent)."""
+        headers = [
+            (name, value)
+            for name, value in scope.get("headers", [])
+            if name not in (b"mcp-session-id", b"content-length", b"content-type", b"accept")
+        ]
+        headers.append((b"mcp-session-id", session_id.encode("latin-1")))
+        inner = {**scope, "method": "DELETE", "headers": headers}
+        inner.pop(MESSAGE_SCOPE_KEY, None)
+
+        async def receive() -> Message:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def discard(message: Message) -> None:
+            return None
+
+        try:
+            await self._app(inner, receive, discard)
+        except Exception:  # noqa: BLE001 - the slot is freed either way; the SDK expires it
+            _LOG.warning("could not end MCP session %s in the SDK", session_digest(session_id))
 
     async def _admit(self, session_id: str, caller: _Caller, *, reserved: bool) -> bool:
         """Record a session the SDK just opened; whether its id may be handed out."""

@@ -6,6 +6,7 @@ keys (and the official SDK client where a real client matters).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -159,31 +160,69 @@ def served_principal(served: Served, key: str) -> str:
     return authenticator.identify({"x-api-key": key}).principal
 
 
-def test_a_caller_at_its_session_limit_is_refused_with_429_until_one_ends(served: Served) -> None:
+def test_a_caller_at_its_limit_that_opens_one_more_ends_its_longest_idle_session(
+    served: Served,
+) -> None:
+    # A client that never sends DELETE (the Inspector CLI) cannot lock its principal out.
     opened = [served.open("alice-key") for _ in range(3)]
+    assert _ok(served.call("alice-key", opened[0]))  # opened[1] is now the longest idle
 
-    over = served.post("alice-key", initialize(request_id=7))
-    other = served.open("bob-key")  # the limit is per principal
-    served.delete("alice-key", opened[0])
-    again = served.open("alice-key")
+    newest = served.open("alice-key")
+    bob = served.open("bob-key")  # the limit is per principal
 
+    assert served.call("alice-key", opened[1]).status_code == 404
+    assert served.delete("alice-key", opened[1]).status_code == 404
+    for session in (opened[0], opened[2], newest):
+        assert _ok(served.call("alice-key", session))
+    assert bob
+    assert served.table.count(served_principal(served, "alice-key")) == 3
+    assert [(e, s, r) for e, s, r, _ in served.sessions()] == [
+        ("opened", "alice", None),
+        ("opened", "alice", None),
+        ("opened", "alice", None),
+        ("closed", "alice", "evicted"),
+        ("opened", "alice", None),
+        ("opened", "bob", None),
+    ]
+    assert served.sessions()[3][3] == session_digest(opened[1])
+
+
+def test_a_session_ended_to_make_room_is_ended_in_the_sdk_too(served: Served) -> None:
+    opened = [served.open("alice-key") for _ in range(3)]
+    served.open("alice-key")
+    # Past the gateway's table, the SDK no longer knows it either: a request the table let
+    # through (as if it were still the owner's) is answered 404 by the SDK itself.
+    served.table.open(opened[0], served_principal(served, "alice-key"), "alice")
+    served.table.leave(opened[0])
+    assert served.call("alice-key", opened[0]).status_code == 404
+
+
+def test_a_caller_whose_every_session_is_in_use_is_refused_with_429_and_nothing_ends(
+    served: Served,
+) -> None:
+    opened = [served.open("alice-key") for _ in range(3)]
+    headers = {"x-api-key": "alice-key", "accept": "text/event-stream"}
+    headers["mcp-protocol-version"] = LEGACY_VERSION
+    with contextlib.ExitStack() as streams:
+        for session in opened:
+            # A GET stream held open: a request in flight on each session.
+            response = streams.enter_context(
+                served.http.stream("GET", "/mcp", headers={**headers, "mcp-session-id": session})
+            )
+            assert response.status_code == 200
+        over = served.post("alice-key", initialize(request_id=7))
     assert over.status_code == 429
     body = over.json()
     assert body["id"] == 7
     assert body["error"]["code"] == -32000
     assert "mcp-session-id" not in over.headers
-    assert other
-    assert again
-    assert served.table.count(served_principal(served, "alice-key")) == 3
-    events = [(event, subject, reason) for event, subject, reason, _ in served.sessions()]
-    assert events == [
-        ("opened", "alice", None),
-        ("opened", "alice", None),
-        ("opened", "alice", None),
-        ("refused", "alice", "session_limit"),
-        ("opened", "bob", None),
-        ("closed", "alice", "deleted"),
-        ("opened", "alice", None),
+    for session in opened:
+        assert _ok(served.call("alice-key", session))
+    assert [(e, r) for e, _, r, _ in served.sessions()] == [
+        ("opened", None),
+        ("opened", None),
+        ("opened", None),
+        ("refused", "session_limit"),
     ]
 
 
@@ -192,10 +231,11 @@ def test_an_idle_session_expires_and_frees_its_slot() -> None:
     served = Served(SessionTable(max_per_caller=1, idle_timeout=60, clock=clock))
     try:
         session = served.open("alice-key")
-        assert served.post("alice-key", initialize()).status_code == 429
         clock.advance(59)
         assert _ok(served.call("alice-key", session))  # activity restarts the idle period
-        clock.advance(60)
+        clock.advance(59)
+        assert served.table.count(served_principal(served, "alice-key")) == 1
+        clock.advance(1)
 
         expired = served.call("alice-key", session)
         renewed = served.open("alice-key")
@@ -206,7 +246,6 @@ def test_an_idle_session_expires_and_frees_its_slot() -> None:
     assert renewed != session
     assert [(e, r) for e, _, r, _ in served.sessions()] == [
         ("opened", None),
-        ("refused", "session_limit"),
         ("closed", "expired"),
         ("opened", None),
     ]
