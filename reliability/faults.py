@@ -61,6 +61,9 @@ HEALTHY: Final[Mapping[str, str]] = {
 #: What a call may also get while a fault is injected or cleared (a transition): an engine
 #: that is reloading or restarting may stall past the deadline, and that fails closed.
 AT_A_TRANSITION: Final = frozenset({"engine_timeout"})
+#: How long replacing OPA's main module may take: OPA recompiles every module while it
+#: answers the callers, which takes seconds on a loaded machine.
+_PUT_POLICY_TIMEOUT_S: Final = 60.0
 #: Every code a call may get at all (README, "The service and the CLI").
 DOCUMENTED_CODES: Final = frozenset(
     {
@@ -299,7 +302,9 @@ class FaultEnvironment:
         elif fault.kind == "pause":
             await asyncio.to_thread(self.opa.pause)
         elif fault.kind == "policy" and fault.policy is not None:
-            await asyncio.to_thread(self.opa.put_policy, self._main_id, fault.policy)
+            await asyncio.to_thread(
+                self.opa.put_policy, self._main_id, fault.policy, timeout=_PUT_POLICY_TIMEOUT_S
+            )
         elif fault.kind == "front" and fault.mode is not None:
             self.front.set_mode(fault.mode)
         else:
@@ -314,17 +319,23 @@ class FaultEnvironment:
         elif fault.kind == "pause":
             await asyncio.to_thread(self.opa.resume)
         elif fault.kind == "policy":
-            await asyncio.to_thread(self.opa.put_policy, self._main_id, self._main_text)
+            await asyncio.to_thread(
+                self.opa.put_policy, self._main_id, self._main_text, timeout=_PUT_POLICY_TIMEOUT_S
+            )
         elif fault.kind == "front":
             self.front.set_mode(FrontMode.PROXY)
 
     async def revoke(self) -> None:
         """Replace the main module by one that denies every call."""
-        await asyncio.to_thread(self.opa.put_policy, self._main_id, DENY_ALL_POLICY)
+        await asyncio.to_thread(
+            self.opa.put_policy, self._main_id, DENY_ALL_POLICY, timeout=_PUT_POLICY_TIMEOUT_S
+        )
 
     async def restore(self) -> None:
         """Put the shipped main module back."""
-        await asyncio.to_thread(self.opa.put_policy, self._main_id, self._main_text)
+        await asyncio.to_thread(
+            self.opa.put_policy, self._main_id, self._main_text, timeout=_PUT_POLICY_TIMEOUT_S
+        )
 
 
 class _Driver:

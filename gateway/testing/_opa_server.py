@@ -133,12 +133,15 @@ class _OpaRestMixin:
             msg = f"OPA {method} {path} failed with HTTP {err.code}: {detail}"
             raise RuntimeError(msg) from None
 
-    def put_policy(self, policy_id: str, rego_text: str) -> None:
+    def put_policy(
+        self, policy_id: str, rego_text: str, *, timeout: float = _DEFAULT_HTTP_TIMEOUT
+    ) -> None:
         """Create or replace a policy module through ``PUT /v1/policies/<id>``.
 
         Args:
             policy_id: Policy identifier (may contain ``/``).
             rego_text: Rego source of the module.
+            timeout: Socket timeout in seconds (OPA recompiles every module under load).
 
         Raises:
             RuntimeError: If OPA rejects the policy (the body holds the compile errors).
@@ -148,6 +151,7 @@ class _OpaRestMixin:
             _api_path("/v1/policies", policy_id),
             body=rego_text.encode(),
             content_type="text/plain",
+            timeout=timeout,
         )
 
     def put_data(self, path: str, value: object) -> None:
