@@ -34,6 +34,7 @@ from gateway.audit import (
     verify,
     verify_trail,
 )
+from gateway.obligations import describe
 from gateway.policy import (
     GATE_PATH,
     CallerContext,
@@ -246,6 +247,9 @@ async def _decide(args: argparse.Namespace) -> tuple[int, dict[str, object]]:
         "revision": decision.revision,
         "cache_ttl": decision.cache_ttl,
     }
+    if decision.obligations:
+        # What the gateway would have to do for the call (contract version 2).
+        answer["obligations"] = [describe(o) for o in decision.obligations]
     return code.exit_status, answer
 
 

@@ -3,6 +3,7 @@ payments above 1000, and query_db's ssn column redacted."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
@@ -10,9 +11,10 @@ from typing import Any, Final
 import httpx
 import pytest
 
+from gateway.cli import main
 from gateway.server import build_service, load_config
 from gateway.testing import LiveServer, OpaServer
-from tests.server.conftest import POLICIES, gateway_toml, toml_value
+from tests.server.conftest import EXAMPLE_CONFIG, POLICIES, gateway_toml, toml_value
 
 TINA: Final = "approvals-test-key-tina"
 THEO: Final = "approvals-test-key-theo"
@@ -91,3 +93,14 @@ def test_query_db_rows_come_back_without_their_ssn(url: str) -> None:
     assert answer.status_code == 200
     assert answer.json()["output"]["details"]["rows"] == [{"name": "ann", "ssn": "[redacted]"}]
     assert "123-45" not in answer.text
+
+
+def test_check_shows_the_obligations_of_a_decision(capsys: pytest.CaptureFixture[str]) -> None:
+    context = json.dumps(KEYS[TINA])
+    status = main(
+        ["check", "--config", str(EXAMPLE_CONFIG), "--tool", "pay", "--arguments",
+         json.dumps(PAYMENT), "--context", context]
+    )  # fmt: skip
+    answer = json.loads(capsys.readouterr().out)
+    assert status == 0
+    assert answer["obligations"] == [{"type": "require_approval", "role": "treasurer"}]
