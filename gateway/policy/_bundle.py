@@ -20,6 +20,7 @@ import posixpath
 import tarfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -384,6 +385,55 @@ class PollResult:
     error: BundleError | None = None
 
 
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urllib.parse.urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    default = {"http": 80, "https": 443}.get(parts.scheme.lower())
+    return parts.scheme.lower(), (parts.hostname or "").lower(), port or default
+
+
+class _CredentialsStayHome(urllib.request.HTTPRedirectHandler):
+    """Follows redirects, sending the poller's own headers only where the bundle URL is.
+
+    urllib copies every request header to the redirected request, wherever it points: a
+    bundle server (or whoever answers for it over plain HTTP) could send the credentials
+    on to a host of its choosing. A redirect to another scheme, host or port loses them.
+    """
+
+    def __init__(self, headers: Mapping[str, str]) -> None:
+        super().__init__()
+        self._names = {name.capitalize() for name in headers}
+
+    def redirect_request(  # noqa: PLR0917 - urllib's signature
+        self,
+        req: urllib.request.Request,
+        fp: Any,
+        code: int,
+        msg: str,
+        headers: Any,
+        newurl: str,
+    ) -> urllib.request.Request | None:
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and _origin(newurl) != _origin(req.full_url):
+            for name in self._names:
+                new.remove_header(name)
+        return new
+
+
+def poll_delay(interval_s: float, max_interval_s: float | None, draw: Callable[[], float]) -> float:
+    """The wait before the next poll: ``interval_s``, or drawn between it and ``max_interval_s``.
+
+    As OPA's ``min_delay_seconds`` and ``max_delay_seconds``: replicas that started together
+    do not poll the server in step. ``draw`` gives a number in ``[0, 1)``.
+    """
+    if max_interval_s is None or max_interval_s <= interval_s:
+        return interval_s
+    return interval_s + (max_interval_s - interval_s) * draw()
+
+
 class BundlePoller:
     """Downloads a bundle the way OPA's bundle plugin does, and hands on each new one.
 
@@ -398,7 +448,8 @@ class BundlePoller:
             raises :class:`gateway.policy.PolicyError` to refuse one.
         verification: the key signed bundles are checked with.
         timeout_s: the most one download may take, from connecting to its last byte.
-        headers: extra request headers (e.g. ``Authorization``).
+        headers: extra request headers (e.g. ``Authorization``), sent to the bundle URL's
+            origin only: a redirect elsewhere is followed without them.
         max_bytes: the largest bundle accepted.
         etag: the ETag of the bundle already in force, if it came from this server.
     """
@@ -421,6 +472,8 @@ class BundlePoller:
         self._verification = verification
         self._timeout_s = timeout_s
         self._headers = dict(headers or {})
+        # Redirects are followed; the headers given (credentials) only to the same origin.
+        self._opener = urllib.request.build_opener(_CredentialsStayHome(self._headers))
         self._max_bytes = max_bytes
         self._etag = etag
         self.last_error: BundleError | None = None
@@ -439,7 +492,7 @@ class BundlePoller:
         # at a time cannot hold the poller for longer.
         deadline = time.monotonic() + self._timeout_s
         try:
-            with urllib.request.urlopen(request, timeout=self._timeout_s) as response:  # noqa: S310
+            with self._opener.open(request, timeout=self._timeout_s) as response:
                 chunks: list[bytes] = []
                 size = 0
                 while size <= self._max_bytes:

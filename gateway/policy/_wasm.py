@@ -34,6 +34,7 @@ import hashlib
 import json
 import logging
 import os
+import random
 import re
 import shutil
 import tempfile
@@ -58,6 +59,7 @@ from gateway.policy._bundle import (
     build_bundle,
     digest_revision,
     policy_files,
+    poll_delay,
     read_bundle,
 )
 from gateway.policy._document import InputDocument
@@ -246,6 +248,7 @@ class EmbeddedEngine:
         self._polling: threading.Thread | None = None
         self._stop_polling = threading.Event()
         self._poll_interval_s = DEFAULT_POLL_INTERVAL_S
+        self._poll_max_interval_s: float | None = None
         self._poll_lock = threading.Lock()
         #: What the last poll of the bundle server did, if there was one.
         self.last_poll: PollResult | None = None
@@ -307,6 +310,7 @@ class EmbeddedEngine:
         *,
         verification: VerificationKey | None = None,
         poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
+        poll_max_interval_s: float | None = None,
         download_timeout_s: float = 10.0,
         headers: dict[str, str] | None = None,
         max_bundle_bytes: int = DEFAULT_MAX_BUNDLE_BYTES,
@@ -316,12 +320,18 @@ class EmbeddedEngine:
         """Download a bundle from an OPA bundle server, serve it, and follow the server.
 
         The first download must succeed (and verify, with a key); afterwards the server is
-        polled every ``poll_interval_s`` as :meth:`follow` describes (from now, or from
-        :meth:`start_polling` when ``start`` is false).
+        polled every ``poll_interval_s`` (to ``poll_max_interval_s``) as :meth:`follow`
+        describes (from now, or from :meth:`start_polling` when ``start`` is false).
+        ``headers`` (credentials) go to the server's origin only, never into the engine's
+        identity, logs or errors.
 
         Raises:
             BundleError: the first download, its verification or its loading failed.
         """
+        if not poll_interval_s > 0:
+            raise ValueError("interval_s must be positive")
+        if poll_max_interval_s is not None and not poll_max_interval_s >= poll_interval_s:
+            raise ValueError("max_interval_s must be at least interval_s")
         first: list[Bundle] = []
         probe = BundlePoller(
             url,
@@ -340,6 +350,7 @@ class EmbeddedEngine:
             url,
             verification=verification,
             interval_s=poll_interval_s,
+            max_interval_s=poll_max_interval_s,
             download_timeout_s=download_timeout_s,
             headers=headers,
             max_bundle_bytes=max_bundle_bytes,
@@ -354,6 +365,7 @@ class EmbeddedEngine:
         *,
         verification: VerificationKey | None = None,
         interval_s: float = DEFAULT_POLL_INTERVAL_S,
+        max_interval_s: float | None = None,
         download_timeout_s: float = 10.0,
         headers: dict[str, str] | None = None,
         max_bundle_bytes: int = DEFAULT_MAX_BUNDLE_BYTES,
@@ -368,14 +380,19 @@ class EmbeddedEngine:
         and is logged, and the next poll tries again. A new revision makes the decisions
         cached under the old one unused. A bundle the server has is in force at most
         ``interval_s`` plus one download (``download_timeout_s`` at most) and its
-        compilation later. With ``start`` false, polling begins at :meth:`start_polling`.
+        compilation later. With ``max_interval_s``, each wait is drawn at random between
+        ``interval_s`` and it (OPA's ``min_delay_seconds`` and ``max_delay_seconds``), so
+        replicas do not poll in step. With ``start`` false, polling begins at
+        :meth:`start_polling`.
 
         Raises:
-            ValueError: a URL that is not http(s), a non-positive interval, or a bundle
-                server followed already.
+            ValueError: a URL that is not http(s), a non-positive interval or one whose
+                maximum is below it, or a bundle server followed already.
         """
         if not interval_s > 0:
             raise ValueError("interval_s must be positive")
+        if max_interval_s is not None and not max_interval_s >= interval_s:
+            raise ValueError("max_interval_s must be at least interval_s")
         poller = BundlePoller(
             url,
             activate=self.activate,
@@ -390,6 +407,7 @@ class EmbeddedEngine:
                 raise ValueError("this engine already follows a bundle server")
             self._poller = poller
             self._poll_interval_s = float(interval_s)
+            self._poll_max_interval_s = max_interval_s
         if start:
             self.start_polling()
 
@@ -411,14 +429,26 @@ class EmbeddedEngine:
             self._stop_polling = threading.Event()
             self._polling = threading.Thread(
                 target=self._follow,
-                args=(poller, self._poll_interval_s, self._stop_polling),
+                args=(
+                    poller,
+                    self._poll_interval_s,
+                    self._poll_max_interval_s,
+                    self._stop_polling,
+                ),
                 name="gateway-bundle-poll",
                 daemon=True,
             )
             self._polling.start()
 
-    def _follow(self, poller: BundlePoller, interval_s: float, stop: threading.Event) -> None:
-        while not stop.wait(interval_s):
+    def _follow(
+        self,
+        poller: BundlePoller,
+        interval_s: float,
+        max_interval_s: float | None,
+        stop: threading.Event,
+    ) -> None:
+        draw = random.SystemRandom().random
+        while not stop.wait(poll_delay(interval_s, max_interval_s, draw)):
             self._poll_with(poller)
 
     def _poll_with(self, poller: BundlePoller) -> PollResult:

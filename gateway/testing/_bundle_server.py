@@ -17,7 +17,8 @@ class BundleServer:
     request's headers are kept (:attr:`requests`, as it arrives), and :meth:`wait_for_requests`
     waits until a number of them have been answered, which is how a test knows a poller has
     been round without timing it.
-    With ``drip_s`` set, the body is sent ``drip_bytes`` at a time, ``drip_s`` apart.
+    With ``drip_s`` set, the body is sent ``drip_bytes`` at a time, ``drip_s`` apart;
+    :meth:`redirect` sends every request elsewhere.
     """
 
     def __init__(self, path: str = "/bundles/gateway.tar.gz") -> None:
@@ -26,6 +27,7 @@ class BundleServer:
         self.status = 200
         self.drip_s: float | None = None
         self.drip_bytes = 1
+        self.location: str | None = None
         self.requests: list[Mapping[str, str]] = []
         self.answered = 0
         self._changed = threading.Condition()
@@ -38,7 +40,14 @@ class BundleServer:
                 with owner._changed:
                     owner.requests.append(dict(self.headers))
                     status, body, etag, drip = owner.status, owner.body, owner.etag, owner.drip_s
+                    location = owner.location
                 try:
+                    if location is not None:
+                        self.send_response(302)
+                        self.send_header("Location", location)
+                        self.send_header("Content-Length", "0")
+                        self.end_headers()
+                        return
                     self._answer(status, body, etag, drip)
                 finally:
                     # Counted once answered: a poller that asks again has used the answer.
@@ -87,6 +96,11 @@ class BundleServer:
         """Serve this bundle (the bytes of an ``opa build`` archive) with this ETag."""
         with self._changed:
             self.body, self.etag, self.status = body, etag, 200
+
+    def redirect(self, location: str | None) -> None:
+        """Answer every request with ``302 Found`` to ``location`` (``None``: stop)."""
+        with self._changed:
+            self.location = location
 
     def fail(self, status: int) -> None:
         """Answer every request with this status."""

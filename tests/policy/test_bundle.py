@@ -34,6 +34,7 @@ from gateway.policy._bundle import (
     BundlePoller,
     VerificationKey,
     build_bundle,
+    poll_delay,
     read_bundle,
 )
 from gateway.testing import BundleServer
@@ -755,3 +756,85 @@ def test_credentials_in_a_bundle_url_stay_out_of_the_engine_identity(
     ) as engine:
         assert "s3cret" not in engine.identity
         assert engine.identity == f"embedded:{server.url}"
+
+
+# -- credentials and jitter -----------------------------------------------------------------
+
+SECRET: Final = "Bearer s3cret-token"  # noqa: S105 - a test credential
+
+
+def test_headers_go_to_the_bundle_server_and_not_on_with_a_redirect_elsewhere(
+    server: BundleServer,
+    releases: dict[str, bytes],
+    keys: dict[str, tuple[Path, VerificationKey]],
+) -> None:
+    with BundleServer() as elsewhere:
+        elsewhere.serve(releases["rev-1"], '"e1"')
+        server.redirect(elsewhere.url)
+        with _follow(server, keys["RS256"][1], headers={"Authorization": SECRET}) as engine:
+            assert engine.revision() == "rev-1"
+        assert server.requests[-1]["Authorization"] == SECRET
+        assert elsewhere.requests, "the redirect was not followed"
+        assert all("Authorization" not in sent for sent in elsewhere.requests)
+
+
+def test_the_credentials_stay_out_of_identity_logs_and_errors(
+    server: BundleServer,
+    releases: dict[str, bytes],
+    keys: dict[str, tuple[Path, VerificationKey]],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server.serve(releases["rev-1"], '"e1"')
+    with _follow(server, keys["RS256"][1], headers={"Authorization": SECRET}) as engine:
+        for status in (401, 500):
+            server.fail(status)
+            with caplog.at_level("DEBUG"):
+                result = engine.poll_now()
+            assert result.error is not None
+            shown = [str(result.error), repr(result.error), str(result.error.detail)]
+            shown += [engine.identity, repr(engine), caplog.text]
+            assert all("s3cret" not in text for text in shown)
+        assert server.requests[-1]["Authorization"] == SECRET
+    with pytest.raises(BundleError) as caught:
+        _follow(server, keys["RS256"][1], headers={"Authorization": SECRET})
+    assert "s3cret" not in f"{caught.value} {caught.value.detail}"
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    interval=st.floats(0.001, 1e6),
+    spread=st.none() | st.floats(0, 1e6),
+    draw=st.floats(0, 1, exclude_max=True),
+)
+def test_each_wait_between_polls_is_drawn_between_the_interval_and_its_maximum(
+    interval: float, spread: float | None, draw: float
+) -> None:
+    most = None if spread is None else interval + spread
+    delay = poll_delay(interval, most, lambda: draw)
+    assert interval <= delay <= (interval if most is None else most)
+    if most is not None and most > interval:
+        assert delay == interval + (most - interval) * draw
+
+
+def test_a_jittered_engine_follows_its_bundle_server_to_a_new_revision(
+    server: BundleServer,
+    releases: dict[str, bytes],
+    keys: dict[str, tuple[Path, VerificationKey]],
+) -> None:
+    server.serve(releases["rev-1"], '"e1"')
+    with _follow(
+        server, keys["RS256"][1], poll_interval_s=0.005, poll_max_interval_s=0.02
+    ) as engine:
+        server.serve(releases["rev-2"], '"e2"')
+        _rounds(server, 3)
+        assert engine.revision() == "rev-2"
+
+
+def test_a_maximum_interval_below_the_interval_is_refused(
+    server: BundleServer,
+    releases: dict[str, bytes],
+    keys: dict[str, tuple[Path, VerificationKey]],
+) -> None:
+    server.serve(releases["rev-1"], '"e1"')
+    with pytest.raises(ValueError, match="max_interval_s"):
+        _follow(server, keys["RS256"][1], poll_interval_s=2, poll_max_interval_s=1)
