@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+import anyio.to_thread
 import jwt
 
 from gateway.policy import CallerContext, InvalidContextError
@@ -113,6 +114,17 @@ class Authenticator:
         if self._resource_server is None:
             return None
         return self._resource_server.challenge(error=error, scope=scope)
+
+    async def identify_async(self, headers: Mapping[str, str]) -> Identity:
+        """:meth:`identify`, off the event loop when it may fetch signing keys.
+
+        With a JWKS URL a token may need a fetch (first use, expiry, a new ``kid``), which
+        blocks for up to its timeout: it runs on a worker thread then, so that the loop
+        goes on serving (the authorization server may even be served by this process).
+        """
+        if self._jwks is None or "authorization" not in headers:
+            return self.identify(headers)
+        return await anyio.to_thread.run_sync(self.identify, headers)
 
     def authenticate(self, headers: Mapping[str, str]) -> CallerContext:
         """The caller context for these headers.

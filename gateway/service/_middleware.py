@@ -141,7 +141,7 @@ class AuthenticationMiddleware:
             await self._app({**scope, REQUEST_ID_SCOPE_KEY: request_id}, receive, send)
             return
         try:
-            identity = self._auth.identify(headers)
+            identity = await self._auth.identify_async(headers)
         except AuthFailure as failure:
             _LOG.info("unauthenticated request %s: %s", request_id, failure.detail)
             if self._on_refusal is not None:
