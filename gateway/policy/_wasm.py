@@ -42,7 +42,7 @@ import threading
 import time
 import urllib.parse
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -835,6 +835,9 @@ def _no_constant(name: str) -> Any:
 #: duplicate members (one per object would double the cost): OPA's runtime keeps an object
 #: as a hash table and prints each key once.
 _RESULT_READER: Final = json.JSONDecoder(parse_float=Decimal, parse_constant=_no_constant)
+#: Its scanner, called directly: the value the slice starts with and where it ends (the
+#: slice is the value alone only if that is its end). It raises StopIteration on no value.
+_SCAN: Final[Callable[[str, int], tuple[Any, int]]] = _RESULT_READER.scan_once  # type: ignore[attr-defined]
 
 
 def _answer(text: bytes, revision: str) -> EngineAnswer:
@@ -847,8 +850,10 @@ def _answer(text: bytes, revision: str) -> EngineAnswer:
         if text.startswith(_RESULT_PREFIX) and text.endswith(_RESULT_SUFFIX):
             inner = text[len(_RESULT_PREFIX) : -len(_RESULT_SUFFIX)].decode("utf-8")
             try:
-                value = _RESULT_READER.decode(inner)
-            except (ValueError, RecursionError):
+                value, end = _SCAN(inner, 0)
+            except (ValueError, RecursionError, StopIteration):
+                end = -1
+            if end != len(inner):
                 # Not JSON: a set or a non-string key, which the Rego reader knows.
                 try:
                     value = _rego_value.dump_to_json(inner)
