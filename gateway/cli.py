@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import importlib.metadata
 import json
 import os
@@ -57,7 +58,7 @@ from gateway.server import (
     serve_workers,
     server_stack,
 )
-from gateway.service import ResultCode, result_code
+from gateway.service import ResultCode, configure_logging, result_code
 from gateway.service._config import (
     GatewayConfig,
     audit_key_from_env,
@@ -283,6 +284,8 @@ def _serve(args: argparse.Namespace) -> int:
         _warn_unkeyed(config, "serve")
         if config.server.workers > 1:
             return _serve_workers(args, config)
+        level = args.log_level or config.log.level
+        configure_logging(dataclasses.replace(config.log, level=level))
         service = build_service(config)
     except (ConfigError, GatewayError) as exc:
         # A policy that fails to load says why only in its detail (the engine's message).
@@ -291,15 +294,13 @@ def _serve(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
-    print(
-        f"gateway: serving {len(service.gateway.definitions())} tools on http://{host}:{port}",
-        file=sys.stderr,
-    )
+    service.listening = f"http://{host}:{port}"  # the start-up line, once the engine is open
     uvicorn.run(
         service.app,
         host=host,
         port=port,
-        log_level=args.log_level,
+        log_level=level,
+        log_config=None,  # the gateway's own logging (configure_logging)
         access_log=False,
         **server_stack(),
     )
@@ -463,7 +464,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", required=True, help="the service's TOML configuration")
     serve.add_argument("--host", help="listen address (default: server.host)")
     serve.add_argument("--port", type=int, help="listen port (default: server.port)")
-    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    serve.add_argument(
+        "--log-level",
+        default=None,
+        choices=["debug", "info", "warning", "error"],
+        help="overrides [log] level",
+    )
     serve.set_defaults(handler=_serve)
 
     mcp = commands.add_parser(
@@ -477,7 +483,10 @@ def build_parser() -> argparse.ArgumentParser:
     mcp.add_argument("--host", help="HTTP listen address (default: server.host)")
     mcp.add_argument("--port", type=int, help="HTTP listen port (default: server.port)")
     mcp.add_argument(
-        "--log-level", default="warning", choices=["debug", "info", "warning", "error"]
+        "--log-level",
+        default=None,
+        choices=["debug", "info", "warning", "error"],
+        help="overrides [log] level",
     )
     mcp.set_defaults(handler=_mcp)
 
