@@ -125,14 +125,15 @@ class DecisionCache:
             del self._entries[key]
 
     def _make_room(self, now: float) -> None:
-        # Under the lock, before a store of a new key: expired entries go first, then the
-        # least recently used by the second-chance rule (a marked entry is spared once).
+        # Under the lock, before a store of a new key into a full cache: the oldest entries
+        # are taken in turn; an expired one goes (not an eviction), a marked one is spared
+        # once (unmarked, moved behind the others), an unmarked one is evicted. Amortized
+        # constant time: no scan of the whole cache.
         entries = self._entries
-        if len(entries) < self._maxsize:
-            return
-        self._expire(now)
         while len(entries) >= self._maxsize:
             key, entry = entries.popitem(last=False)
+            if not now < entry.expires:
+                continue
             if entry.used:
                 entry.used = False
                 entries[key] = entry
