@@ -41,6 +41,7 @@ REGO_BUNDLE: Final = "gateway-rego.tar.gz"
 BUNDLE_PORT: Final = 8000
 GATEWAY_PORT: Final = 8080
 POLL_S: Final = 1.0
+ANCHOR_S: Final = 1.0
 CALL: Final = {"name": "add", "arguments": {"a": 2, "b": 3}}
 START_S: Final = 120.0
 
@@ -179,12 +180,10 @@ class Topology:
         self.network.close()
 
 
-def _replica_config(
-    folder: Path, engine: str, bundle_url: str, public_key: Path, key_sha256: str
+def _replica_config(  # noqa: PLR0917 - one replica's settings, each named at the call
+    folder: Path, engine: str, bundle_url: str, public_key: Path, key_sha256: str, work: Path
 ) -> Path:
     (folder / "audit").mkdir(parents=True, exist_ok=True)
-    (folder / "audit.key").write_bytes(secrets.token_bytes(32))
-    (folder / "audit.key").chmod(0o600)
     if engine == "embedded":
         engine_table = f"""
 [engine]
@@ -216,7 +215,10 @@ max_ttl_s = 30
 enabled = true
 path = "{folder / "audit" / "audit.jsonl"}"
 fsync = "always"
-key_file = "{folder / "audit.key"}"
+key_file = "{work / "audit.key"}"
+anchor_path = "{work / "anchors" / "anchors.jsonl"}"
+anchor_interval_s = {ANCHOR_S}
+anchor_name = "{folder.name}"
 
 [server]
 host = "0.0.0.0"
@@ -298,11 +300,14 @@ def build(engines: tuple[str, ...] = ("embedded", "embedded", "opa")) -> Topolog
         api_key = secrets.token_urlsafe(32)
         digest = hashlib.sha256(api_key.encode()).hexdigest()
         (work / "served").mkdir()
+        # One audit key for the deployment's replicas, as a shared secret would be.
+        (work / "audit.key").write_bytes(secrets.token_bytes(32))
+        (work / "audit.key").chmod(0o600)
         bundle_url = f"http://{bundle_host.address}:{BUNDLE_PORT}/{WASM_BUNDLE}"
         replicas = []
         for host, engine in zip(hosts, engines, strict=True):
             folder = work / host.name
-            _replica_config(folder, engine, bundle_url, public_key, digest)
+            _replica_config(folder, engine, bundle_url, public_key, digest, work)
             replicas.append(Replica(host, engine, folder))
         topology = Topology(
             network, work, bundle_host, client, replicas, api_key, signing_key, public_key,

@@ -12,7 +12,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from scaleout.run import converge, hold, scenario_outage, scenario_wrong_key
+from scaleout.run import (
+    converge,
+    hold,
+    scenario_collected_trails,
+    scenario_outage,
+    scenario_wrong_key,
+)
 from scaleout.topology import Topology, build
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -51,3 +57,14 @@ def test_a_bundle_server_cut_off_changes_nothing_until_it_returns(topology: Topo
     result = scenario_outage(topology, granted=False, how="link down")
 
     assert (result["calls"] > 0, result["wrong"]) == (True, 0)
+
+
+def test_collected_chains_verify_against_the_anchors_until_one_is_deleted_or_rolled_back(
+    topology: Topology,
+) -> None:
+    result = scenario_collected_trails(topology)
+
+    assert result["intact"]["ok"], result
+    assert result["deleted"]["failed"], result
+    assert result["rolled_back"]["failed"], result
+    assert "replica2: record " in result["rolled_back"]["err"]
