@@ -78,6 +78,11 @@ EXAMPLE_DEFINITIONS: Final[Mapping[str, ToolDefinition]] = {
             _schema({"a": {"type": "number"}, "b": {"type": "number"}}, ["a", "b"]),
             "Add two numbers.",
         ),
+        # The flow tools (labels and quotas; flow.rego): no arguments.
+        ToolDefinition("read_secret", _schema({}, []), "Read a secret."),
+        ToolDefinition("fetch_page", _schema({}, []), "Fetch a web page."),
+        ToolDefinition("send_email", _schema({}, []), "Send an email."),
+        ToolDefinition("pay_vendor", _schema({}, []), "Pay a vendor."),
     )
 }
 
@@ -156,6 +161,7 @@ ROLE_SETS: Final[tuple[tuple[str, ...], ...]] = (
     ("clerk",),
     ("treasurer",),
     ("operator",),
+    ("agent",),
     (),
     ("clerk", "treasurer"),
     ("reader", "writer", "operator"),

@@ -50,9 +50,11 @@ argument_module_denials := set() if {
 	object.get(tool, "tenant_args", null) == null
 	object.get(tool, "resource_args", null) == null
 	object.get(tool, "limits", null) == null
+	object.get(tool, "labels", null) == null
+	object.get(tool, "quotas", null) == null
 	object.get(tool, "approval", null) == null
 	object.get(tool, "redact", null) == null
-} else := ((tenancy_denials | limits_denials) | obligations_denials) | kind_denials
+} else := (((tenancy_denials | limits_denials) | flow_denials) | obligations_denials) | kind_denials
 
 tenancy_denials := data.gateway.authz.tenancy.deny if {
 	data.gateway.authz.tenancy.applies
@@ -60,6 +62,10 @@ tenancy_denials := data.gateway.authz.tenancy.deny if {
 
 limits_denials := data.gateway.authz.limits.deny if {
 	data.gateway.authz.limits.applies
+} else := set()
+
+flow_denials := data.gateway.authz.flow.deny if {
+	data.gateway.authz.flow.applies
 } else := set()
 
 obligations_denials := data.gateway.authz.obligations.deny if {
@@ -126,6 +132,13 @@ valid_ttl(x) if {
 	x == floor(x)
 }
 
+# What an allowed call of a tool with flow settings carries to the gateway: the labels
+# its session gets when it runs and the quotas reserved before it runs (flow.rego).
+flow_members := data.gateway.authz.flow.members if {
+	allow
+	data.gateway.authz.flow.applies
+} else := {}
+
 # What an allowed call of a tool with approval or redact settings obliges the gateway to
 # do: the decision's "obligations" (policy contract version 2, obligations.rego).
 obligation_members := data.gateway.authz.obligations.members if {
@@ -150,6 +163,7 @@ decision := object.union_n([
 		"reasons": reasons,
 		"cache": {"ttl_s": ttl_s},
 	},
+	flow_members,
 	obligation_members,
 	step_up_member,
 ])

@@ -3,6 +3,7 @@ package gateway.authz.main_test
 import data.gateway.authz.caller
 import data.gateway.authz.exec
 import data.gateway.authz.fixtures_test as fx
+import data.gateway.authz.flow
 import data.gateway.authz.limits
 import data.gateway.authz.mcp
 import data.gateway.authz.obligations
@@ -137,7 +138,7 @@ test_only_true_allows if {
 # main.rego evaluates a module's deny set only when the module applies (and none on the
 # fast path for plain generic tools), and skips the caller and rbac deny sets when
 # caller.valid and rbac.permitted hold. The stage sets must still equal the plain unions.
-all_argument_denials := ((((((tenancy.deny | mcp.deny) | paths.deny) | urls.deny) | sql.deny) | limits.deny) | exec.deny) | obligations.deny
+all_argument_denials := (((((((tenancy.deny | mcp.deny) | flow.deny) | obligations.deny) | paths.deny) | urls.deny) | sql.deny) | limits.deny) | exec.deny
 
 dispatch_inputs := [fx.request(tool, args, ctx) |
 	some tool in ["add", "search", "read_file", "write_file", "fetch_url", "query_db", "pay", "run_command", "mcp.resources.read", "mcp.prompts.get", "nope"]
@@ -218,6 +219,14 @@ test_stage_dispatch_generic_tool_with_limits if {
 
 test_stage_dispatch_generic_tool_with_malformed_limits if {
 	stages_agree with data.gateway.config.tools.add.limits as "bad"
+}
+
+test_stage_dispatch_generic_tool_with_labels if {
+	stages_agree with data.gateway.config.tools.add.labels as ["reads_secret", "external_egress"]
+}
+
+test_stage_dispatch_generic_tool_with_quotas if {
+	stages_agree with data.gateway.config.tools.add.quotas as [{"scope": "caller", "window_s": 60, "limit": 1}]
 }
 
 test_stage_dispatch_generic_tool_with_approval if {
