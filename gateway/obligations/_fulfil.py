@@ -8,7 +8,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any, Final
 
-from gateway import _formats, _json
+from gateway import _json
 from gateway._output import Content, MediaContent, TextContent, ToolOutput
 from gateway.obligations._model import (
     OutputWithheldError,
@@ -16,6 +16,7 @@ from gateway.obligations._model import (
     RewriteArguments,
     RewriteOperation,
     UnfulfilledObligationError,
+    compiled,
 )
 
 #: The most output text (UTF-8 bytes, text items and strings together) a redaction scans.
@@ -136,19 +137,18 @@ def _redact_text(text: str, patterns: tuple[str, ...], replacement: str, budget:
             except UnicodeEncodeError:
                 raise OutputWithheldError("redact_output: the output is not valid text") from None
             budget.spend(len(raw))
-            matches = _formats.ecma_regex(pattern).find_iter(text) or ()
-            spans = [m.range() for m in matches]
-            spans = [s for s in spans if s.stop > s.start]
+            matches = compiled(pattern).finditer(text)
+            spans = [m.span() for m in matches if m.end() > m.start()]
             if not spans:
                 continue
             changed = True
-            out: list[bytes] = []
+            out: list[str] = []
             at = 0
-            for span in spans:
-                out += [raw[at : span.start], replacement.encode("utf-8")]
-                at = span.stop
-            out.append(raw[at:])
-            text = b"".join(out).decode("utf-8")
+            for start, end in spans:
+                out += [text[at:start], replacement]
+                at = end
+            out.append(text[at:])
+            text = "".join(out)
         if not changed:
             return text
     raise OutputWithheldError("redact_output: the patterns do not settle on this output")

@@ -12,9 +12,12 @@ value.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, ClassVar, Final
+
+import re2
 
 from gateway import _formats, _json
 from gateway._errors import GatewayError, MalformedDecisionError, NoDecisionError
@@ -235,13 +238,31 @@ def _rewrite(index: int, item: dict[str, Any]) -> Obligation:
     return RewriteArguments(tuple(_operation(index, op) for op in operations))
 
 
+@functools.lru_cache(maxsize=1024)
+def compiled(pattern: str) -> Any:
+    """The RE2 program of a redaction pattern (cached; patterns come from policies).
+
+    Matching is RE2's: linear in the text, whatever the pattern (a backtracking engine
+    takes quadratic or exponential time on some patterns and texts, and the text is a
+    tool's output).
+
+    Raises:
+        re2.error: RE2 cannot compile it.
+    """
+    return re2.compile(pattern)
+
+
 def _pattern(index: int, pattern: object) -> str:
     text = _text(index, pattern, "a pattern")
     try:
-        compiled = _formats.ecma_regex(text)
+        _formats.ecma_regex(text)
     except ValueError:
         raise _malformed(index, "a pattern is not an ECMA-262 regular expression") from None
-    if compiled.find("") is not None:
+    try:
+        program = compiled(text)
+    except re2.error:
+        raise _malformed(index, "a pattern is not also an RE2 regular expression") from None
+    if program.search("") is not None:
         raise _malformed(index, "a pattern must not match the empty string")
     return text
 
@@ -260,7 +281,7 @@ def _redact(index: int, item: dict[str, Any]) -> Obligation:
     replacement = item.get("replacement", "[redacted]")
     if not isinstance(replacement, str) or len(replacement) > MAX_TEXT:
         raise _malformed(index, "replacement must be a string")
-    if any(_formats.ecma_regex(p).find(replacement) is not None for p in patterns):
+    if any(compiled(p).search(replacement) is not None for p in patterns):
         raise _malformed(index, "the replacement matches a pattern")
     return RedactOutput(tuple(pointers), tuple(patterns), replacement)
 

@@ -284,3 +284,17 @@ def test_a_decision_keeps_its_obligations_in_order() -> None:
         "x-later",
     ]
     assert decision.well_formed()
+
+
+def test_a_pattern_that_backtracks_badly_still_redacts_a_large_output() -> None:
+    # (a+)+$ takes exponential time in a backtracking engine on "aaa...b"; RE2 is linear.
+    text = "a" * (1 << 20) + "b"
+    tool = RecordingTool("search", SCHEMA, output=ToolOutput.from_text(text))
+    pattern = {"type": "redact_output", "patterns": ["(a+)+b"], "replacement": "-"}
+    assert run(tool, decided([pattern]), '{"query": "x"}').text() == "-"
+
+
+@pytest.mark.parametrize("pattern", ["(?=a)a", "(a)\\1", "(?<=a)b"])
+def test_a_pattern_re2_cannot_match_in_linear_time_is_malformed(pattern: str) -> None:
+    with pytest.raises(MalformedDecisionError):
+        read_obligations([{"type": "redact_output", "patterns": [pattern]}])
