@@ -6,8 +6,10 @@ from typing import Annotated
 
 from pydantic import Field
 
-from examples.example_tools import SQL, pay
 from gateway import Func, function_tool
+
+#: Marks a string argument as SQL, as the example tools do.
+SQL = {"contentMediaType": "application/sql"}
 
 
 @function_tool
@@ -29,6 +31,14 @@ def query_db(
 ) -> dict[str, object]:
     """The example query_db's schema, answering rows that hold an ssn column."""
     return {"database": database, "rows": [{"name": "ann", "ssn": "123-45-6789"}]}
+
+
+@function_tool
+def pay(
+    from_account: str, to_account: str, amount: Annotated[float, Field(gt=0, le=1_000_000)]
+) -> str:
+    """The example pay (moves no money)."""
+    return f"paid {amount} from {from_account} to {to_account}"
 
 
 #: The example pay and a query_db with rows, for the shipped policies.
