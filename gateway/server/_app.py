@@ -43,6 +43,8 @@ from gateway.service import (
 _LOG: Final = logging.getLogger("gateway.server")
 #: The authenticated routes, by path, and their metrics label.
 _ROUTES: Final = {"/v1/tools": "tools", "/v1/calls": "calls"}
+#: The request header naming the caller's session (its state is the caller's own).
+SESSION_HEADER: Final = "x-gateway-session"
 
 Readiness = Callable[[], Awaitable[bool]]
 
@@ -196,8 +198,13 @@ class GatewayApp:
         parsed = self._parse_call(body)
         if isinstance(parsed, str):
             return self._error("calls", 400, "malformed_request", parsed, request_id=request_id)
+        # The caller's session (gateway.state), from the transport, bound to the caller by
+        # the pipeline; never from the model's arguments.
         result = await self._gateway.call(
-            parsed, caller=self._caller(request), request_id=request_id
+            parsed,
+            caller=self._caller(request),
+            request_id=request_id,
+            session=request.headers.get(SESSION_HEADER),
         )
         return self._result(result, parsed, request_id)
 

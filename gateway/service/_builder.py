@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from gateway._authorization import Authorizer
 from gateway._contract import Tool
 from gateway._registry import Registry
 from gateway.approvals import ApprovalDesk, ApprovalGate, AuditEvents, FileApprovalStore
@@ -46,6 +47,13 @@ from gateway.service._logs import ServiceLog, Startup, log_startup
 from gateway.service._metrics import GatewayMetrics
 from gateway.service._observe import NO_OBSERVER, ServiceObserver
 from gateway.service._pipeline import Gateway
+from gateway.state import (
+    MemoryStateStore,
+    RedisStateStore,
+    StatefulAuthorizer,
+    StateSettings,
+    StateStore,
+)
 
 
 @dataclass(slots=True)
@@ -71,9 +79,17 @@ class Components:
     #: Anchors the chain's durable head in ``audit.anchor_path``, when one is set.
     anchorer: Anchorer | None = None
 
+    #: The session and quota state (``[state]``) every call's decision goes through.
+    state: StateStore | None = None
+    state_settings: StateSettings | None = None
+
     def gateway(self, tools: Iterable[Tool | Registry]) -> Gateway:
         """A call pipeline serving ``tools`` behind this authorizer, audit trail and metrics."""
-        authorizer = self.replay.authorizer if self.replay is not None else self.authorizer
+        authorizer: Authorizer = (
+            self.replay.authorizer if self.replay is not None else self.authorizer
+        )
+        if self.state is not None:
+            authorizer = StatefulAuthorizer(authorizer, self.state, settings=self.state_settings)
         observer = self.observer if self.observer is not None else NO_OBSERVER
         return Gateway(
             tools,
@@ -123,8 +139,12 @@ class Components:
             elif isinstance(self.engine, EmbeddedEngine) and self.config.engine.bundle_url:
                 self.engine.stop_polling(wait=False)
         finally:
-            if self.sink is not None:
-                self.sink.close()
+            try:
+                if self.state is not None:
+                    await self.state.close()
+            finally:
+                if self.sink is not None:
+                    self.sink.close()
 
     async def ready(self) -> bool:
         """Whether the engine can answer (an OPA server is asked; the embedded one can)."""
@@ -243,6 +263,26 @@ def build_approvals(
     return gate, ApprovalDesk(store, events=events)
 
 
+def build_state_store(config: GatewayConfig) -> StateStore:
+    """The ``[state]`` backend: in this process, or the Redis server every replica shares."""
+    table = config.state
+    if table.backend == "redis":
+        assert table.url is not None  # noqa: S101 - validated by the config
+        return RedisStateStore(table.url, timeout_s=table.timeout_s, prefix=table.key_prefix)
+    return MemoryStateStore()
+
+
+def build_state_settings(config: GatewayConfig) -> StateSettings:
+    """Which tools' decisions read state, the windows counted, the history kept."""
+    table = config.state
+    return StateSettings(
+        tools=frozenset(table.tools),
+        windows=tuple(table.windows_s),
+        history_max=table.history_max,
+        session_ttl_s=table.session_ttl_s,
+    )
+
+
 def build_components(config: GatewayConfig) -> Components:
     """Assemble engine, decision cache, authorizer, audit trail, metrics and authenticator.
 
@@ -318,6 +358,8 @@ def build_components(config: GatewayConfig) -> Components:
         replay=replay,
         approvals=gate,
         desk=desk,
+        state=build_state_store(config),
+        state_settings=build_state_settings(config),
         observer=ServiceObserver(
             ServiceLog(engine.identity, interval=config.log.state_interval_s),
             audited=trail is not None,

@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 import importlib
 import ipaddress
+import math
 import os
 import re
 import secrets
@@ -52,12 +53,14 @@ from gateway.service._config_models import (
     OAuthTable,
     PathsTable,
     ServerTable,
+    StateTable,
     UpstreamTable,
     VerificationTable,
     read_table,
 )
 from gateway.service._logs import check_log_table
 from gateway.service._oauth import JwksCache, ResourceServer
+from gateway.state import StateSettings
 
 __all__ = ["ConfigError"]  # re-exported: the configuration's error is defined with its models
 
@@ -269,7 +272,40 @@ class GatewayConfig:
     log: LogTable = field(default_factory=LogTable)
     #: ``[approvals]``: the approval store, when on (its path resolved).
     approvals: ApprovalsTable = field(default_factory=ApprovalsTable)
+    #: ``[state]``: the session and quota state (its Redis URL resolved from the env).
+    state: StateTable = field(default_factory=StateTable)
     source: Path | None = None
+
+
+def _state(table: StateTable) -> StateTable:
+    # The backend and its settings; a Redis URL from url_env is read here, once.
+    if table.backend not in ("memory", "redis"):
+        raise ConfigError('state.backend: must be "memory" or "redis"')
+    url = table.url
+    if table.backend == "redis":
+        if (table.url is None) == (table.url_env is None):
+            raise ConfigError("state.url: exactly one of url and url_env with the redis backend")
+        if table.url_env is not None:
+            url = os.environ.get(table.url_env)
+            if not url:
+                raise ConfigError(f"state.url_env: the variable {table.url_env} is not set")
+        assert url is not None  # noqa: S101 - one of the two is set
+        if not url.startswith(("redis://", "rediss://", "unix://")):
+            raise ConfigError("state.url: must be a redis://, rediss:// or unix:// URL")
+    elif table.url is not None or table.url_env is not None:
+        raise ConfigError('state.url: only with backend = "redis"')
+    if not (math.isfinite(table.timeout_s) and 0 < table.timeout_s <= 60):
+        raise ConfigError("state.timeout_s: must be positive and at most 60")
+    try:
+        StateSettings(
+            tools=frozenset(table.tools),
+            windows=tuple(table.windows_s),
+            history_max=table.history_max,
+            session_ttl_s=table.session_ttl_s,
+        )
+    except ValueError as exc:
+        raise ConfigError(f"state: {exc}") from None
+    return dataclasses.replace(table, url=url, url_env=None)
 
 
 def _approvals(table: ApprovalsTable, base: Path) -> ApprovalsTable:
@@ -811,6 +847,7 @@ def parse_config(
         shadow=shadow,
         log=file.log,
         approvals=_approvals(file.approvals, base),
+        state=_state(file.state),
         source=source,
     )
     check_listener(config, config.server.host)

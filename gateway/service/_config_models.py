@@ -33,6 +33,9 @@ from gateway.policy._bundle import DEFAULT_MAX_BUNDLE_BYTES
 from gateway.policy._rest import DEFAULT_REVISION_INTERVAL
 from gateway.policy._wasm import DEFAULT_POLL_INTERVAL_S, DEFAULT_TIMEOUT_S
 from gateway.replay._shadow import DEFAULT_BUDGET_S, DEFAULT_QUEUE_SIZE
+from gateway.state import DEFAULT_HISTORY_MAX, DEFAULT_SESSION_TTL_S, DEFAULT_WINDOWS
+from gateway.state._redis import DEFAULT_PREFIX as DEFAULT_STATE_PREFIX
+from gateway.state._redis import DEFAULT_TIMEOUT_S as DEFAULT_STATE_TIMEOUT_S
 
 T = TypeVar("T")
 
@@ -94,6 +97,7 @@ _INT: Final = Kind("integer", "int")
 _FLOAT: Final = Kind("number", "int or float")
 _STR: Final = Kind("string", "str")
 _STRINGS: Final = Kind("array of strings", "a list of strings")
+_INTEGERS: Final = Kind("array of integers", "a list of integers")
 _STRING_TABLE: Final = Kind("table of strings", "a table of strings")
 _TABLE: Final = Kind("table", "a table")
 
@@ -108,6 +112,8 @@ def _kind(annotation: Any) -> Kind:
         return simple[annotation]
     if origin is tuple and args[0] is str:
         return _STRINGS
+    if origin is tuple and args[0] is int:
+        return _INTEGERS
     if origin is tuple and dataclasses.is_dataclass(args[0]):
         return Kind("array of tables", "an array of tables", model=_model(args[0]), many=True)
     if origin is Mapping:
@@ -178,6 +184,12 @@ def _value(kind: Kind, value: Any, path: str) -> Any:  # noqa: PLR0911, PLR0912 
         return value
     if kind is _STRINGS:
         if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise wrong()
+        return tuple(value)
+    if kind is _INTEGERS:
+        if not isinstance(value, list) or not all(
+            isinstance(item, int) and not isinstance(item, bool) for item in value
+        ):
             raise wrong()
         return tuple(value)
     if kind.many:
@@ -592,6 +604,41 @@ class ApprovalsTable:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class StateTable:
+    """``[state]``: session history, labels and quotas for the policy (`input.state`)."""
+
+    backend: str = key(
+        "`memory` (this process only) or `redis` (shared by every replica).", "memory"
+    )
+    url: str | None = key(
+        "The Redis server (`redis://host:port/db`, `rediss://`, `unix://`). Exactly one of "
+        '`url` and `url_env` with `backend = "redis"`.'
+    )
+    url_env: str | None = key(
+        "The environment variable holding the Redis URL (when it carries a password)."
+    )
+    timeout_s: float = key(
+        "The longest one Redis command may take; a call that needs state then fails "
+        "closed (`state_unavailable`).",
+        DEFAULT_STATE_TIMEOUT_S,
+    )
+    key_prefix: str = key("The prefix of every Redis key.", DEFAULT_STATE_PREFIX)
+    tools: tuple[str, ...] = key(
+        'The tools whose decisions read state (`input.state`); `"*"` means every tool. A '
+        "decision with `labels` or `quotas` is reserved for any tool.",
+        (),
+    )
+    windows_s: tuple[int, ...] = key(
+        "The fixed windows counted, in seconds; a decision's quota names one of them.",
+        DEFAULT_WINDOWS,
+    )
+    history_max: int = key("The calls kept per session (1-10000).", DEFAULT_HISTORY_MAX)
+    session_ttl_s: int = key(
+        "How long a session is kept after its last call, in seconds.", DEFAULT_SESSION_TTL_S
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ConfigFile:
     """The whole file: one table per surface and part."""
 
@@ -607,3 +654,4 @@ class ConfigFile:
     shadow: ShadowTable = key("Shadow evaluation.", factory=ShadowTable)
     log: LogTable = key("Logging.", factory=LogTable)
     approvals: ApprovalsTable = key("Approvals.", factory=ApprovalsTable)
+    state: StateTable = key("Session and quota state.", factory=StateTable)

@@ -300,6 +300,7 @@ def _every_table(tmp_path: Path) -> Data:
     data["replay"] = {"capture": False}
     data["shadow"] = {"enabled": False}
     data["log"] = {"format": "json", "access": True}
+    data["state"] = {"backend": "redis", "url": "redis://127.0.0.1:6379/0", "windows_s": [60]}
     return data
 
 
@@ -372,6 +373,7 @@ _WRONG: dict[str, list[object]] = {
     "number": ["secret-value-1", True, [1.0]],
     "string": [12345678, True, ["secret-value-1"], {"secret": "secret-value-1"}],
     "array of strings": ["secret-value-1", [1], ["ok", 7], {"a": "b"}],
+    "array of integers": ["secret-value-1", ["secret-value-1"], [1, True], [1.5], {"a": 1}],
     "table of strings": ["secret-value-1", {"a": 1}, [["secret-value-1"]]],
     "table": ["secret-value-1", ["secret-value-1"], 3],
 }

@@ -11,6 +11,9 @@ from gateway.state import MemoryStateStore, RedisStateStore, StateQuery, StateSt
 from gateway.testing import RedisServer
 from tests.state.helpers import ALICE, QUOTA, build, call
 
+#: A deadline no loaded machine reaches, for the tests that are not about deadlines.
+SLACK = 10.0
+
 
 async def _trifecta_and_quota(store: StateStore) -> None:
     gateway, _engine, tools = build(store)
@@ -28,7 +31,7 @@ async def _trifecta_and_quota(store: StateStore) -> None:
 async def test_the_redis_backend_decides_like_the_in_process_one(
     redis_server: RedisServer,
 ) -> None:
-    store = RedisStateStore(redis_server.url)
+    store = RedisStateStore(redis_server.url, timeout_s=SLACK)
     try:
         await _trifecta_and_quota(store)
     finally:
@@ -39,7 +42,7 @@ async def test_the_redis_backend_decides_like_the_in_process_one(
 async def test_replicas_sharing_redis_never_run_more_calls_than_the_quota(
     redis_server: RedisServer,
 ) -> None:
-    stores = [RedisStateStore(redis_server.url) for _ in range(3)]
+    stores = [RedisStateStore(redis_server.url, timeout_s=SLACK) for _ in range(3)]
     replicas = [build(store) for store in stores]
     try:
         results = await asyncio.gather(
@@ -79,7 +82,7 @@ async def test_an_unreachable_redis_fails_the_calls_that_need_state_and_no_other
 async def test_a_paused_redis_times_out_into_state_unavailable_and_recovers(
     redis_server: RedisServer,
 ) -> None:
-    store = RedisStateStore(redis_server.url, timeout_s=0.1)
+    store = RedisStateStore(redis_server.url, timeout_s=1.0)
     gateway, _engine, tools = build(store)
     try:
         assert (await gateway.call(call("pay"), caller=ALICE)).code == "ok"
@@ -99,7 +102,7 @@ async def test_a_paused_redis_times_out_into_state_unavailable_and_recovers(
 async def test_records_are_stored_once_taken_once_and_kept_apart_by_namespace(
     redis_server: RedisServer,
 ) -> None:
-    for store in (RedisStateStore(redis_server.url), MemoryStateStore()):
+    for store in (RedisStateStore(redis_server.url, timeout_s=SLACK), MemoryStateStore()):
         try:
             assert await store.add_record("approvals", "a1", b"\x00one", 60)
             assert not await store.add_record("approvals", "a1", b"two", 60)
@@ -145,7 +148,7 @@ class _Load:
 async def test_kill_pause_and_restart_under_load_lose_no_history_and_never_exceed_the_quota(
     durable_redis: RedisServer,
 ) -> None:
-    store = RedisStateStore(durable_redis.url, timeout_s=0.15)
+    store = RedisStateStore(durable_redis.url, timeout_s=1.0)
     # 8 callers try 160 payments; the quota of 60 is reached while the faults happen.
     quota = 60
     gateway, _engine, tools = build(store, reads=frozenset({"pay"}), quota=quota)
