@@ -67,6 +67,38 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+def _is_json(content_type: str | None) -> bool:
+    # No Content-Type is read as JSON; any other media type than JSON is refused, so a body
+    # sent as a form, text or XML is never parsed as if it were a call.
+    if content_type is None:
+        return True
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    )
+
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    request_id = request_id_in(request.scope) or request_id_of(request.headers)
+    return JSONResponse(
+        error_body("not_found", "no such path", request_id),
+        status_code=404,
+        headers={"X-Request-ID": request_id},
+    )
+
+
+async def _method_not_allowed(request: Request, exc: Exception) -> Response:
+    request_id = request_id_in(request.scope) or request_id_of(request.headers)
+    allowed = getattr(exc, "headers", None) or {}
+    return JSONResponse(
+        error_body(
+            "method_not_allowed", f"{request.url.path} does not take {request.method}", request_id
+        ),
+        status_code=405,
+        headers={"X-Request-ID": request_id, **allowed},
+    )
+
+
 def output_json(output: ToolOutput) -> dict[str, Any]:
     """The wire form of a ToolOutput."""
     content: list[dict[str, Any]] = []
@@ -121,6 +153,7 @@ class GatewayApp:
                 Route("/openapi.json", self.openapi, methods=["GET"]),
             ],
             lifespan=lifespan,
+            exception_handlers={404: _not_found, 405: _method_not_allowed},
         )
         self._asgi: ASGIApp = AuthenticationMiddleware(
             self.app, authenticator, paths=_ROUTES, on_refusal=self._count_refusal
@@ -193,6 +226,14 @@ class GatewayApp:
                 413,
                 "body_too_large",
                 f"request body exceeds {self._limit} bytes",
+                request_id=request_id,
+            )
+        if not _is_json(request.headers.get("content-type")):
+            return self._error(
+                "calls",
+                415,
+                "unsupported_media_type",
+                "send the call as JSON: Content-Type: application/json",
                 request_id=request_id,
             )
         parsed = self._parse_call(body)

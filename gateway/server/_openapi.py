@@ -118,7 +118,9 @@ def openapi_document() -> dict[str, Any]:
                         "401": _error("Unauthenticated"),
                         "403": _error("Denied by policy (public message only)"),
                         "404": _error("Unknown tool"),
+                        "405": _error("The path does not take that method"),
                         "413": _error("Body too large"),
+                        "415": _error("The body is not sent as JSON"),
                         "500": _error("The tool raised an unexpected error"),
                         "502": _error("The tool ran; its output could not be redacted"),
                         "503": _error(

@@ -63,6 +63,14 @@ class ResultCode(enum.StrEnum):
     )  # fmt: skip
     DENIED = ("denied", 403, "rejected", 1, False, "the policy refused; only its public message")
     UNKNOWN_TOOL = ("unknown_tool", 404, "invalid", 2, False, "no such tool")
+    NOT_FOUND = ("not_found", 404, "invalid", 2, False, "no such path")
+    METHOD_NOT_ALLOWED = (
+        "method_not_allowed", 405, "invalid", 2, False, "the path does not take that method"
+    )  # fmt: skip
+    UNSUPPORTED_MEDIA_TYPE = (
+        "unsupported_media_type", 415, "invalid", 2, False,
+        "the request body is not sent as JSON (Content-Type: application/json)",
+    )  # fmt: skip
     BODY_TOO_LARGE = (
         "body_too_large", 413, "invalid", 2, False, "request body over server.max_body_bytes"
     )  # fmt: skip
