@@ -65,7 +65,9 @@ def check_workers(config: GatewayConfig) -> None:
     """
     if config.server.workers <= 1:
         return
-    if config.state.backend != "redis":
+    # A configuration without a [state] table keeps no session or quota state at all.
+    state = getattr(config, "state", None)
+    if state is not None and state.backend != "redis":
         raise ConfigError(
             'server.workers: more than one worker needs state.backend = "redis" (state in '
             "memory is each process's own, so every worker would count its own quotas)"
