@@ -429,6 +429,10 @@ def _gateway(
     port = _free_port()
     (folder / name).mkdir()
     bundle = tree / "bundles" / "policies.tar.gz"
+    # A revision without session and quota state has no [state] table to configure.
+    models = tree / "gateway" / "service" / "_config_models.py"
+    if "class StateTable" not in models.read_text(encoding="utf-8"):
+        redis_url = None
     config = _config(
         folder / name, fsync, port, workers=workers, bundle=bundle, redis_url=redis_url
     )
