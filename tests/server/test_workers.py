@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -131,11 +132,13 @@ def _serve_two(folder: Path, state: str) -> Iterator[tuple[subprocess.Popen[byte
             time.sleep(0.1)
         yield process, url, tmp_path
     finally:
+        # The workers first: once the parent is gone they are no longer its children.
+        for pid in _children(process.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         if process.poll() is None:
             process.kill()
             process.wait(timeout=10)
-        for pid in _children(process.pid):
-            os.kill(pid, signal.SIGKILL)
 
 
 def _ready(url: str) -> bool:
