@@ -376,6 +376,15 @@ def _check_head(
         seq, digest = read_head(head, key)
     except MalformedRecordError as exc:
         return f"{head}: unreadable head ({exc})"
+    if key is not None and head.stat().st_size != HEAD_FILE_SIZE:
+        # The earlier head forms carry no tag: anyone could write one naming an earlier
+        # end, so under a key they prove nothing. A writer of this version rewrites the
+        # head in the keyed form when it opens the trail.
+        return (
+            f"{head}: head of an earlier, unkeyed form (it cannot show that nothing was cut "
+            "from the end; opening the trail for writing rewrites it, or verify without "
+            "the head)"
+        )
     # The head trails the file by at most one batch after a crash, so only a chain that
     # ends before the head, or a different hash at the same record, is tampering. Either
     # way the message names where the first bad record is (or should be).

@@ -256,6 +256,34 @@ def test_a_truncation_with_the_newer_slot_damaged_is_still_caught_by_the_older(
     assert (result.ok, "records were truncated" in str(result.error)) == (False, True)
 
 
+@pytest.mark.parametrize(
+    "forge",
+    [
+        pytest.param(lambda seq, digest: encode_head(seq, digest, None), id="unkeyed-slot"),
+        pytest.param(lambda seq, digest: encode_head(seq, digest, b"guess"), id="other-key"),
+        pytest.param(_v1_head, id="single-slot-form"),
+        pytest.param(lambda seq, digest: f'[{seq},"{digest}"]'.encode(), id="json-form"),
+    ],
+)
+def test_a_truncation_hidden_by_a_head_rewritten_without_the_key_fails_verification(
+    tmp_path: Path, forge: Any
+) -> None:
+    path = tmp_path / "audit.jsonl"
+    with JsonlFileSink(path, fsync="none", key=KEY) as sink:
+        records = [sink.submit({"n": n}).result(WAIT) for n in range(4)]
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:2]))
+    # Whoever cut the chain rewrites the head to name its new end, in every form they can
+    # make without the key: both slots of the keyed form, or a head of an earlier form.
+    slot = forge(2, records[1]["hash"])
+    if len(slot) == HEAD_SLOT_SIZE:
+        slot = slot + bytes(HEAD_SLOT_STRIDE - HEAD_SLOT_SIZE) + slot
+    head_path(path).write_bytes(slot)
+
+    result = verify(trail_files(path), key=KEY, head=head_path(path))
+    assert result.ok is False, "a head forged without the key was believed"
+
+
 def test_a_head_with_both_slots_damaged_is_reported_by_verify_and_the_sink_resumes(
     tmp_path: Path,
 ) -> None:
