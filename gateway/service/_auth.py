@@ -26,13 +26,23 @@ _MAX_CREDENTIAL: Final = 8192
 _NO_TOKEN: Final = frozenset({"no credentials"})
 
 
-class AuthFailure(Exception):  # noqa: N818 - a refusal, not a fault
-    """Why a request was not authenticated (``code`` is public; ``detail`` is for logs)."""
+#: What a caller who sent a bearer token is told where only API keys are accepted.
+API_KEYS_ONLY: Final = "this gateway takes an API key in the X-API-Key header, not a bearer token"
 
-    def __init__(self, code: str, detail: str) -> None:
+
+class AuthFailure(Exception):  # noqa: N818 - a refusal, not a fault
+    """Why a request was not authenticated.
+
+    ``code`` and ``hint`` are public (``hint``: what the caller should do instead, when the
+    refusal is about the kind of credential rather than the credential); ``detail`` is for
+    logs.
+    """
+
+    def __init__(self, code: str, detail: str, *, hint: str | None = None) -> None:
         super().__init__(detail)
         self.code = code
         self.detail = detail
+        self.hint = hint
 
     @property
     def error(self) -> str | None:
@@ -105,6 +115,11 @@ class Authenticator:
         self._max_lifetime = max_lifetime_s
 
     @property
+    def accepts_bearer(self) -> bool:
+        """Whether bearer tokens (JWT) are accepted at all; else only API keys are."""
+        return self._jwt is not None
+
+    @property
     def resource_server(self) -> ResourceServer | None:
         """This gateway as an OAuth protected resource, if configured."""
         return self._resource_server
@@ -147,7 +162,10 @@ class Authenticator:
         if authorization is not None:
             scheme, _, token = authorization.partition(" ")
             if scheme.lower() != "bearer" or not token.strip():
-                raise AuthFailure("unauthenticated", "Authorization header is not a bearer token")
+                hint = None if self.accepts_bearer else API_KEYS_ONLY
+                raise AuthFailure(
+                    "unauthenticated", "Authorization header is not a bearer token", hint=hint
+                )
             return self._bearer(token.strip())
         raise AuthFailure("unauthenticated", "no credentials")
 
@@ -182,7 +200,9 @@ class Authenticator:
 
     def _bearer(self, token: str) -> Identity:
         if self._jwt is None or (self._jwt_keys is None and self._jwks is None):
-            raise AuthFailure("unauthenticated", "bearer tokens are not accepted here")
+            raise AuthFailure(
+                "unauthenticated", "bearer tokens are not accepted here", hint=API_KEYS_ONLY
+            )
         if len(token) > _MAX_CREDENTIAL:
             raise AuthFailure("unauthenticated", "token too long")
         config = self._jwt

@@ -37,8 +37,10 @@ REQUEST_ID_SCOPE_KEY: Final = "gateway.request_id"
 
 #: What a caller's ``X-Request-ID`` must look like to be kept (else a fresh id is made).
 REQUEST_ID_PATTERN: Final = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-#: The challenge of every 401.
+#: The challenge of every 401 where bearer tokens are accepted.
 WWW_AUTHENTICATE: Final = 'Bearer realm="gateway"'
+#: The challenge where only API keys are (a 401 must name a scheme; this one names the header).
+API_KEY_CHALLENGE: Final = 'APIKey realm="gateway", header="X-API-Key"'
 #: The public message of every 401.
 AUTHENTICATION_REQUIRED: Final = "authentication required"
 
@@ -62,11 +64,15 @@ def error_body(
 
 
 def unauthenticated(
-    code: str, request_id: str, *, challenge: str = WWW_AUTHENTICATE
+    code: str,
+    request_id: str,
+    *,
+    challenge: str = WWW_AUTHENTICATE,
+    message: str = AUTHENTICATION_REQUIRED,
 ) -> JSONResponse:
     """The 401 answer: the error body, the challenge and the request id."""
     return JSONResponse(
-        error_body(code, AUTHENTICATION_REQUIRED, request_id),
+        error_body(code, message, request_id),
         status_code=401,
         headers={"WWW-Authenticate": challenge, "X-Request-ID": request_id},
     )
@@ -146,8 +152,14 @@ class AuthenticationMiddleware:
             _LOG.info("unauthenticated request %s: %s", request_id, failure.detail)
             if self._on_refusal is not None:
                 self._on_refusal(scope)
-            challenge = self._auth.challenge(error=failure.error) or WWW_AUTHENTICATE
-            refusal = unauthenticated(failure.code, request_id, challenge=challenge)
+            default = WWW_AUTHENTICATE if self._auth.accepts_bearer else API_KEY_CHALLENGE
+            challenge = self._auth.challenge(error=failure.error) or default
+            refusal = unauthenticated(
+                failure.code,
+                request_id,
+                challenge=challenge,
+                message=failure.hint or AUTHENTICATION_REQUIRED,
+            )
             await refusal(scope, receive, send)
             return
         inner = {

@@ -36,7 +36,9 @@ from gateway.cli import main
 from gateway.mcp import McpFront, McpService, to_call_result
 from gateway.policy import EmbeddedEngine, PolicyAuthorizer
 from gateway.server import Authenticator, CallResult, Gateway, api_key_digest, load_config
+from gateway.service._auth import API_KEYS_ONLY
 from gateway.service._config import ApiKey, AuthConfig
+from gateway.service._middleware import API_KEY_CHALLENGE
 from gateway.testing import RecordingTool, StaticAuthorizer
 from tests.mcp.conftest import (
     ALICE,
@@ -243,8 +245,10 @@ async def test_http_gateway_answers_401_without_valid_credentials_before_the_mcp
 
     for response in (missing, wrong, bad_bearer):
         assert response.status_code == 401
-        assert response.headers["www-authenticate"] == 'Bearer realm="gateway"'
-        assert response.json()["message"] == "authentication required"
+        # Only API keys are configured: the challenge names their header.
+        assert response.headers["www-authenticate"] == API_KEY_CHALLENGE
+    assert missing.json()["message"] == wrong.json()["message"] == "authentication required"
+    assert bad_bearer.json()["message"] == API_KEYS_ONLY
     # The SDK reports the refused connection as an MCPError (it does not name the 401).
     assert any(isinstance(leaf, MCPError) for leaf in _leaves(refused.value))
     assert _text(allowed) == "echoed"

@@ -24,6 +24,8 @@ from gateway.cli import main as cli_main
 from gateway.policy import EmbeddedEngine, PolicyAuthorizer
 from gateway.server import Authenticator, Gateway, GatewayApp, GatewayMetrics, parse_config
 from gateway.server._openapi import openapi_document
+from gateway.service._auth import API_KEYS_ONLY
+from gateway.service._middleware import API_KEY_CHALLENGE
 from gateway.testing import RecordingAuthorizer, RecordingTool
 from tests.server.conftest import (
     ALICE,
@@ -250,9 +252,12 @@ async def test_unauthenticated_requests_are_401_and_never_decided(
                 headers=headers,
             )
             body = assert_error(response, 401, "unauthenticated")
-            assert body["message"] == "authentication required", label
+            # This gateway takes API keys only: a caller who sent an Authorization header
+            # is told which credential to send instead; a wrong key learns nothing.
+            expected = API_KEYS_ONLY if "Authorization" in headers else "authentication required"
+            assert body["message"] == expected, label
             assert body["decision_id"] is None
-            assert response.headers["www-authenticate"].startswith("Bearer")
+            assert response.headers["www-authenticate"] == API_KEY_CHALLENGE
     metrics = (await client.get("/metrics")).text
     assert "gateway_decision_cache_misses_total 0.0" in metrics
     assert "gateway_calls_total{" not in metrics

@@ -28,7 +28,9 @@ from gateway.service import (
     api_key_digest,
     request_id_of,
 )
-from gateway.service._middleware import REQUEST_ID_PATTERN
+from gateway.service._auth import API_KEYS_ONLY
+from gateway.service._config import JwtConfig
+from gateway.service._middleware import API_KEY_CHALLENGE, REQUEST_ID_PATTERN, WWW_AUTHENTICATE
 from gateway.testing import RecordingAuthorizer
 
 PACKAGE = Path(__file__).resolve().parents[2] / "gateway"
@@ -86,7 +88,8 @@ async def test_both_surfaces_refuse_without_credentials_with_the_same_401() -> N
 
     for response in (http, mcp):
         assert response.status_code == 401
-        assert response.headers["www-authenticate"] == 'Bearer realm="gateway"'
+        # Only API keys are configured: the challenge names the header, not a bearer scheme.
+        assert response.headers["www-authenticate"] == API_KEY_CHALLENGE
         assert response.headers["x-request-id"] == "req-7"
         assert response.json() == {
             "code": "unauthenticated",
@@ -196,3 +199,38 @@ def test_the_challenge_the_401_message_and_the_request_id_pattern_are_written_on
         "A-Za-z0-9._:-": {"service/_middleware.py"},
         "WWW-Authenticate": {"service/_middleware.py"},
     }
+
+
+async def test_a_bearer_token_where_only_api_keys_are_taken_is_told_to_send_an_api_key() -> None:
+    gateway = Gateway([_Echo()], authorizer=RecordingAuthorizer(True))
+    for app, path in ((_http_app(gateway), "/v1/calls"), (_mcp_app(gateway), "/mcp")):
+        for header in ("Bearer alice-key", "Basic YWxpY2U6eA==", "Token alice-key"):
+            response = await _post(
+                app,
+                path,
+                {"authorization": header, "accept": "application/json, text/event-stream"},
+            )
+            assert response.status_code == 401
+            assert response.json()["message"] == API_KEYS_ONLY
+            assert response.headers["www-authenticate"] == API_KEY_CHALLENGE
+        # A wrong API key is not told anything about the kind of credential.
+        wrong = await _post(app, path, {"x-api-key": "alice-kex", "accept": "application/json"})
+        assert wrong.json()["message"] == "authentication required"
+
+
+async def test_where_bearer_tokens_are_taken_the_challenge_is_bearer() -> None:
+    jwt_config = JwtConfig(
+        algorithms=("HS256",), secret=b"s" * 32, issuer="https://issuer.test", audience="gw"
+    )
+    authenticator = Authenticator(AuthConfig(jwt=jwt_config))
+    app = GatewayApp(
+        Gateway([_Echo()], authorizer=RecordingAuthorizer(True)),
+        authenticator=authenticator,
+        ready=_ready,
+        metrics=GatewayMetrics(None),
+    )
+    response = await _post(app, "/v1/calls", {"authorization": "Bearer not.a.token"})
+
+    assert response.status_code == 401
+    assert response.headers["www-authenticate"].startswith(WWW_AUTHENTICATE)
+    assert response.json()["message"] == "authentication required"
