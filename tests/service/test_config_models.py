@@ -300,6 +300,7 @@ def _every_table(tmp_path: Path) -> Data:
     data["replay"] = {"capture": False}
     data["shadow"] = {"enabled": False}
     data["log"] = {"format": "json", "access": True}
+    data["approvals"] = {"enabled": False, "ttl_s": 60}
     data["state"] = {"backend": "redis", "url": "redis://127.0.0.1:6379/0", "windows_s": [60]}
     return data
 
