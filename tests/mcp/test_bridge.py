@@ -259,6 +259,45 @@ async def test_sampling_elicitation_and_roots_are_asked_of_the_calling_client(
 
 
 @ERAS
+async def test_a_2026_07_28_client_is_not_asked_an_upstreams_request_and_the_upstream_is_refused(
+    write_config: ConfigWriter, relay: None, allow_all: Path, era: str
+) -> None:
+    # No InputRequiredResult bridge: a 2026-07-28 request cannot carry a request back to
+    # its client, so the upstream gets the gateway's refusal and the call goes on.
+    config = write_config(
+        stdio_context=None, era=era, policies=allow_all, decision_path="relay/decision"
+    )
+    asked = Inbox()
+
+    async def sampling(
+        context: ClientRequestContext, params: types.CreateMessageRequestParams
+    ) -> types.CreateMessageResult:
+        asked.add(params)
+        return await _sampling(context, params)
+
+    async with (
+        served(config) as url,
+        connect(
+            url,
+            mode="2026-07-28",
+            sampling_callback=sampling,
+            elicitation_callback=_elicitation,
+            list_roots_callback=_roots,
+        ) as client,
+    ):
+        assert client.protocol_version == "2026-07-28"
+        results = [await client.call_tool(name, {}) for name in ("ask_llm", "confirm", "roots")]
+
+    assert asked.items == []
+    assert all(result.is_error for result in results)
+    texts = {_text(result) for result in results}
+    if era == "legacy":
+        assert texts == {f"{name} refused: -32600" for name in ("ask_llm", "confirm", "roots")}
+    else:
+        assert texts == {"the client cannot be asked on this request"}
+
+
+@ERAS
 async def test_a_client_that_did_not_offer_a_capability_is_not_asked_and_the_upstream_is_refused(
     write_config: ConfigWriter, relay: None, allow_all: Path, era: str
 ) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from gateway.policy import build_bundle
 from gateway.server import api_key_digest
 
 REPO = Path(__file__).resolve().parents[3]
@@ -115,10 +116,15 @@ def peers() -> Peers:
 
 @dataclass
 class Upstreams:
-    """Where the real servers work and what reached each of them."""
+    """Where the real servers work and what reached each of them.
+
+    ``folder`` holds the tenants' files the servers read; ``records_dir`` the wire records
+    of this set's servers (its own, even when ``folder`` is shared).
+    """
 
     folder: Path
     records: dict[str, Path] = field(default_factory=dict)
+    records_dir: Path | None = None
 
     def received(self, name: str) -> list[dict[str, Any]]:
         path = self.records[name]
@@ -132,6 +138,13 @@ class Upstreams:
 
     def all_calls(self) -> list[dict[str, Any]]:
         return [call for name in self.records for call in self.calls(name)]
+
+
+def reader_tools() -> frozenset[str]:
+    """Every tool the test policies grant the reader (shipped grants and the test's own)."""
+    data = json.loads((POLICIES / "data.json").read_text())
+    shipped = data["gateway"]["config"]["roles"]["reader"]["tools"]
+    return frozenset({*shipped, *EVERYTHING_GRANTED, *FS_GRANTED, *TIME_GRANTED})
 
 
 def _toml(value: Any) -> str:
@@ -166,14 +179,20 @@ PIXEL_PNG = bytes.fromhex(
 )
 
 
-def make_upstreams(tmp_path: Path) -> Upstreams:
-    folder = tmp_path / "tenants"
+def make_tenants(folder: Path) -> Path:
+    """The tenants' files the real servers read (acme's and globex's)."""
     (folder / "acme").mkdir(parents=True)
     (folder / "globex").mkdir()
     (folder / "acme" / "report.txt").write_text("quarterly numbers\n")
     (folder / "acme" / "pixel.png").write_bytes(PIXEL_PNG)
     (folder / "globex" / "payroll.txt").write_text("secret\n")
-    return Upstreams(folder=folder)
+    return folder
+
+
+def make_upstreams(tmp_path: Path, tenants: Path | None = None) -> Upstreams:
+    """Upstreams recording under ``tmp_path``, over ``tenants`` (default: a new folder)."""
+    folder = tenants if tenants is not None else make_tenants(tmp_path / "tenants")
+    return Upstreams(folder=folder, records_dir=tmp_path)
 
 
 def upstream_command(peers: Peers, upstreams: Upstreams, name: str) -> list[str]:
@@ -184,7 +203,8 @@ def upstream_command(peers: Peers, upstreams: Upstreams, name: str) -> list[str]
         "time": peers.time,
         "fetch": peers.fetch,
     }[name]
-    record = upstreams.records.setdefault(name, upstreams.folder.parent / f"{name}.wire.jsonl")
+    records_dir = upstreams.records_dir or upstreams.folder.parent
+    record = upstreams.records.setdefault(name, records_dir / f"{name}.wire.jsonl")
     return [sys.executable, str(TAP), str(record), "--", *real]
 
 
@@ -206,13 +226,21 @@ def write_gateway_config(
     *,
     recorded: bool = True,
     audit: tuple[str, ...] = (),
+    bundle: Path | None = None,
 ) -> Path:
-    """A ``gateway mcp`` configuration: test policies, the real servers ``names`` upstream."""
-    policies = policies_for(tmp_path / "policies", upstreams.folder)
+    """A ``gateway mcp`` configuration: test policies, the real servers ``names`` upstream.
+
+    With ``bundle`` (a :func:`compile_test_policies` bundle over ``upstreams.folder``) the
+    gateway loads it as it is; else it compiles the test policies itself at start.
+    """
+    if bundle is not None:
+        source = f"bundle = {_toml(str(bundle))}"
+    else:
+        source = f"policies = {_toml(str(policies_for(tmp_path / 'policies', upstreams.folder)))}"
     lines = [
         "[engine]",
         'kind = "embedded"',
-        f"policies = {_toml(str(policies))}",
+        source,
         "",
         "[audit]",
         f"path = {_toml(str(tmp_path / 'audit' / 'audit.jsonl'))}",
@@ -228,9 +256,8 @@ def write_gateway_config(
         "",
         "[mcp]",
         f"stdio_context = {_toml(READER)}",
-        # The Inspector CLI ends without closing its HTTP session (no DELETE): each run
-        # holds a slot until the idle timeout.
-        "max_sessions_per_caller = 256",
+        # The default session limit (8): the Inspector CLI ends without closing its HTTP
+        # session (no DELETE), and each further run ends the longest idle one.
     ]
     for name in names:
         command = (
@@ -260,16 +287,50 @@ class World:
     config: Path
 
 
+#: The entrypoints the gateway asks of a bundle (as ``scripts/build-bundle`` compiles them).
+_ENTRYPOINTS = ("gateway/authz/decision", "gateway/authz/gate/problems")
+_VISIBILITY = "gateway/authz/visibility/decision"
+
+
+def compile_test_policies(target: Path, tenants: Path) -> Path:
+    """The test policies over ``tenants`` compiled once to a bundle every gateway loads.
+
+    Compiling at each gateway start took opa 10-20 s; a loaded bundle starts at once.
+    """
+    opa = os.environ.get("OPA_BIN")
+    if not opa:
+        pytest.fail("OPA_BIN is not set (the test policies are compiled with opa)")
+    policies = policies_for(target / "policies", tenants)
+    visibility = (policies / "gateway" / "authz" / "visibility.rego").exists()
+    entrypoints = (*_ENTRYPOINTS, _VISIBILITY) if visibility else _ENTRYPOINTS
+    return build_bundle(opa, policies, target / "policies.tar.gz", entrypoints=entrypoints)
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """The session's tenants folder and the test policies compiled over it."""
+
+    tenants: Path
+    bundle: Path
+
+
+@pytest.fixture(scope="session")
+def compiled(tmp_path_factory: pytest.TempPathFactory) -> Compiled:
+    root = tmp_path_factory.mktemp("compiled")
+    tenants = make_tenants(root / "tenants")
+    return Compiled(tenants, compile_test_policies(root, tenants))
+
+
 @pytest.fixture(scope="module")
-def world(peers: Peers, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+def world(
+    peers: Peers, compiled: Compiled, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[World]:
     tmp_path = tmp_path_factory.mktemp("real")
-    upstreams = make_upstreams(tmp_path)
-    config = write_gateway_config(tmp_path, peers, upstreams)
+    upstreams = make_upstreams(tmp_path, compiled.tenants)
+    config = write_gateway_config(tmp_path, peers, upstreams, bundle=compiled.bundle)
     with pytest.MonkeyPatch.context() as patch:
         # The audit key reaches `gateway mcp` through its environment.
         patch.setenv(AUDIT_KEY_ENV, AUDIT_KEY)
-        if not os.environ.get("OPA_BIN"):
-            pytest.fail("OPA_BIN is not set (the test policies are compiled with opa)")
         yield World(peers, upstreams, config)
 
 

@@ -38,7 +38,11 @@ from tests.mcp.real.conftest import (
     World,
     direct_command,
     gateway_stdio,
+    reader_tools,
 )
+
+#: The tools the test policy lets the reader call: the ones its listing shows it.
+GRANTED = reader_tools()
 
 #: The calls the test policy allows, by upstream (``{acme}``: the caller tenant's folder).
 ALLOWED: dict[str, list[Call]] = {
@@ -239,8 +243,9 @@ def run(
     calls = allowed(world)
     refused = _refused(world.upstreams.folder)
     if client == "inspector":
-        # The Inspector refuses a tool the listing does not show itself, before sending it.
-        refused = [r for r in refused if r.call.name != "no-such-tool"]
+        # The Inspector refuses a tool the listing does not show itself, before sending it:
+        # one no upstream serves, and one the policy does not show the caller.
+        refused = [r for r in refused if r.call.name in GRANTED]
     if client == "inspector" and transport == "stdio":
         # Every Inspector run launches its own gateway: a text, an image and a refusal do.
         calls = [c for c in calls if c[1].name in ("get-tiny-image", "read_text_file")]
@@ -291,22 +296,30 @@ def _listed(tool: dict[str, Any], era: str) -> dict[str, Any]:
 # --- the tests ------------------------------------------------------------------------------
 
 
-def test_tools_list_shows_every_upstream_tool_with_its_title_annotations_and_output_schema(
+def test_tools_list_shows_each_tool_the_caller_may_call_as_its_upstream_lists_it(
     run: Run, direct: Direct
 ) -> None:
     listed = {tool["name"]: tool for tool in run.gateway.tools}
-    assert set(direct.tools) <= set(listed)
-    for name, tool in direct.tools.items():
-        assert _listed(listed[name], run.era) == _listed(tool, run.era), name
+    # What the policy's visibility decision shows the reader: the tools it may call.
+    assert set(listed) == GRANTED & set(direct.tools)
+    for name, tool in listed.items():
+        assert _listed(tool, run.era) == _listed(direct.tools[name], run.era), name
     # The members a host decides on are there, as the server sent them.
-    write = listed["write_file"]
-    assert write["annotations"]["destructiveHint"] is True
-    assert write["title"] == direct.tools["write_file"]["title"]
+    read = listed["read_text_file"]
+    assert read["annotations"]["readOnlyHint"] is True
+    assert read["title"] == direct.tools["read_text_file"]["title"]
     assert listed["get-structured-content"]["outputSchema"]["required"] == [
         "temperature",
         "conditions",
         "humidity",
     ]
+
+
+def test_tools_list_never_shows_a_tool_the_caller_may_not_call(run: Run, direct: Direct) -> None:
+    listed = {tool["name"] for tool in run.gateway.tools}
+    hidden = set(direct.tools) - GRANTED
+    assert {"write_file", "get-env", "fetch"} <= hidden
+    assert not listed & hidden
 
 
 def test_an_allowed_call_comes_back_exactly_as_from_a_direct_call_of_the_same_server(

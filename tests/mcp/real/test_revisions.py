@@ -33,6 +33,7 @@ import pytest
 
 from tests.mcp.real.conftest import (
     API_KEY,
+    Compiled,
     HttpGateway,
     Peers,
     Upstreams,
@@ -123,12 +124,14 @@ class RawStdio:
 
 @pytest.fixture(scope="module")
 def lean(
-    peers: Peers, tmp_path_factory: pytest.TempPathFactory, world: Any
+    peers: Peers, compiled: Compiled, tmp_path_factory: pytest.TempPathFactory, world: Any
 ) -> tuple[Upstreams, list[str]]:
     """One real upstream (server-everything, recorded) behind the gateway: quick to start."""
     tmp = tmp_path_factory.mktemp("revisions")
-    upstreams = make_upstreams(tmp)
-    config = write_gateway_config(tmp, peers, upstreams, names=("everything",))
+    upstreams = make_upstreams(tmp, compiled.tenants)
+    config = write_gateway_config(
+        tmp, peers, upstreams, names=("everything",), bundle=compiled.bundle
+    )
     return upstreams, gateway_stdio(config)
 
 
@@ -204,7 +207,8 @@ def test_stdio_serves_2026_07_28_per_request_without_a_handshake(
     discovered = modern_stdio.request(
         {"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {"_meta": meta}}
     )["result"]
-    assert MODERN in discovered["supportedVersions"]
+    # Every revision served: per request and through the handshake, newest first.
+    assert discovered["supportedVersions"] == [MODERN, *reversed(LEGACY)]
     assert discovered["capabilities"]["tools"] is not None
     listed = modern_stdio.request(
         {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {"_meta": meta}}
@@ -348,7 +352,7 @@ def test_http_serves_2026_07_28_per_request_without_a_session(
         headers=_modern_headers("server/discover"),
     )
     assert discovered.status_code == 200
-    assert MODERN in _body(discovered)["result"]["supportedVersions"]
+    assert _body(discovered)["result"]["supportedVersions"] == [MODERN, *reversed(LEGACY)]
     answer = http.post(
         "/mcp",
         json=call(2, "echo", {"message": "http modern"}, _meta=meta),
