@@ -79,6 +79,7 @@ INTEGRATION_MODULES: Final = frozenset(
         "mcp/test_upstream.py",
         "mcp/test_admission_parity.py",
         "mcp/test_log_canary.py",
+        "mcp/test_tracing.py",
         "policy/test_bundle.py",
         "policy/test_differential.py",
         "policy/test_engine_contract.py",

@@ -25,6 +25,7 @@ from gateway._output import MediaContent, TextContent, ToolOutput
 from gateway.approvals import ApprovalDesk
 from gateway.policy import EMPTY_CONTEXT, CallerContext, ToolVisibility
 from gateway.server._approvals import ApprovalsApi, approval_url, is_approval_path
+from gateway.server._authzen import AuthzenApi, is_authzen_path
 from gateway.server._openapi import openapi_document
 from gateway.service import (
     CALLER_SCOPE_KEY,
@@ -34,6 +35,7 @@ from gateway.service import (
     CallResult,
     Gateway,
     GatewayMetrics,
+    TraceRequests,
     error_body,
     insufficient_scope,
     request_id_in,
@@ -133,6 +135,8 @@ class GatewayApp:
         lifespan: Callable[[Starlette], contextlib.AbstractAsyncContextManager[None]] | None = None,
         access_log: bool = False,
         approvals: ApprovalDesk | None = None,
+        authzen: AuthzenApi | None = None,
+        tracing: bool = False,
         visibility: ToolVisibility | None = None,
     ) -> None:
         self._gateway = gateway
@@ -140,6 +144,10 @@ class GatewayApp:
         # /v1/approvals, behind its own authentication (its paths hold the approval id).
         self._approvals = ApprovalsApi(approvals, authenticator) if approvals is not None else None
         self._visibility = visibility
+        # /access/v1/evaluation(s) and the AuthZEN metadata, behind their own authentication.
+        self._authzen: ASGIApp | None = None
+        if authzen is not None:
+            self._authzen = AccessLog(authzen) if access_log else authzen
         self._ready = ready
         self._metrics = metrics
         self._limit = max_body_bytes
@@ -158,10 +166,15 @@ class GatewayApp:
         self._asgi: ASGIApp = AuthenticationMiddleware(
             self.app, authenticator, paths=_ROUTES, on_refusal=self._count_refusal
         )
+        if tracing:
+            self._asgi = TraceRequests(self._asgi, paths=frozenset(_ROUTES))
         if access_log:
             self._asgi = AccessLog(self._asgi)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if self._authzen is not None and is_authzen_path(scope.get("path")):
+            await self._authzen(scope, receive, send)
+            return
         if self._approvals is not None and is_approval_path(scope.get("path")):
             await self._approvals(scope, receive, send)
             return

@@ -11,7 +11,8 @@ from starlette.applications import Starlette
 from gateway.audit import JsonlFileSink
 from gateway.policy import DecisionCache, PolicyEngine, ToolVisibility
 from gateway.server._app import GatewayApp
-from gateway.service import Gateway, GatewayConfig, build_components, load_tools
+from gateway.server._authzen import AuthzenApi
+from gateway.service import Components, Gateway, GatewayConfig, build_components, load_tools
 
 
 @dataclass(slots=True)
@@ -55,6 +56,8 @@ def build_service(config: GatewayConfig) -> Service:
         lifespan=lifespan,
         access_log=config.log.access,
         approvals=components.desk,
+        authzen=_authzen(config, gateway, components),
+        tracing=config.telemetry.enabled,
         visibility=ToolVisibility.for_engine(components.engine, cache=components.cache),
     )
     service = Service(
@@ -66,3 +69,20 @@ def build_service(config: GatewayConfig) -> Service:
         app=app,
     )
     return service
+
+
+def _authzen(config: GatewayConfig, gateway: Gateway, components: Components) -> AuthzenApi | None:
+    # The AuthZEN decision API ([authzen]) on this gateway's tools, policy and audit trail.
+    table = config.authzen
+    if not table.enabled:
+        return None
+    return AuthzenApi(
+        gateway,
+        components.authenticator,
+        audit=components.trail,
+        trusted_peps=table.trusted_peps,
+        base_url=table.base_url,
+        max_evaluations=table.max_evaluations,
+        max_body_bytes=config.server.max_body_bytes,
+        metrics=components.metrics,
+    )

@@ -9,11 +9,14 @@ REST engine is opened, and the audit sink closed, by :meth:`Components.open` and
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+from opentelemetry.sdk.trace import TracerProvider
 
 from gateway._authorization import Authorizer
 from gateway._contract import Tool
@@ -43,10 +46,12 @@ from gateway.policy import (
 from gateway.replay import Assembly, SettingsError, assemble
 from gateway.service._auth import Authenticator
 from gateway.service._config import ConfigError, EngineConfig, GatewayConfig, import_tools
-from gateway.service._logs import ServiceLog, Startup, log_startup
-from gateway.service._metrics import GatewayMetrics
-from gateway.service._observe import NO_OBSERVER, ServiceObserver
+from gateway.service._logs import ServiceLog, Startup, engine_name, log_startup
+from gateway.service._metrics import GatewayMetrics, TimedAuthorizer
+from gateway.service._observe import NO_OBSERVER, CallObserver, ServiceObserver
 from gateway.service._pipeline import Gateway
+from gateway.service._tracing import SCOPE as TRACING_SCOPE
+from gateway.service._tracing import TracingObserver, otlp_provider, use_tracer
 from gateway.state import (
     MemoryStateStore,
     RedisStateStore,
@@ -72,25 +77,35 @@ class Components:
     replay: Assembly | None = None
     #: Told about every call's decision and tool run (the operator's state lines).
     observer: ServiceObserver | None = None
+    #: The spans' provider (``[telemetry]``), when tracing is on; flushed by :meth:`close`.
+    tracing: TracerProvider | None = None
     #: The approval gate of every call and the approvers' desk (``[approvals]``), when on.
     approvals: ApprovalGate | None = None
     desk: ApprovalDesk | None = None
-
-    #: Anchors the chain's durable head in ``audit.anchor_path``, when one is set.
-    anchorer: Anchorer | None = None
-
     #: The session and quota state (``[state]``) every call's decision goes through.
     state: StateStore | None = None
     state_settings: StateSettings | None = None
+
+    #: Anchors the chain's durable head in ``audit.anchor_path``, when one is set.
+    anchorer: Anchorer | None = None
 
     def gateway(self, tools: Iterable[Tool | Registry]) -> Gateway:
         """A call pipeline serving ``tools`` behind this authorizer, audit trail and metrics."""
         authorizer: Authorizer = (
             self.replay.authorizer if self.replay is not None else self.authorizer
         )
+        # Every decision timed in gateway_decision_seconds, by engine and cache (not state).
+        authorizer = TimedAuthorizer(authorizer, self.metrics, engine=self.config.engine.kind)
         if self.state is not None:
             authorizer = StatefulAuthorizer(authorizer, self.state, settings=self.state_settings)
-        observer = self.observer if self.observer is not None else NO_OBSERVER
+        observer: CallObserver = self.observer if self.observer is not None else NO_OBSERVER
+        if self.tracing is not None:
+            observer = TracingObserver(
+                self.tracing.get_tracer(TRACING_SCOPE),
+                observer,
+                policy=f"{engine_name(self.engine.identity)}#{self.authorizer.path}",
+                revision=self.engine.revision,
+            )
         return Gateway(
             tools,
             authorizer=authorizer,
@@ -116,6 +131,8 @@ class Components:
 
     async def open(self) -> None:
         """Open the engine when it is an OPA server; start following ``engine.bundle_url``."""
+        if self.tracing is not None:
+            use_tracer(self.tracing.get_tracer(TRACING_SCOPE))
         if isinstance(self.engine, OpaRestEngine):
             await self.engine.open()
             if self.observer is not None:
@@ -145,6 +162,9 @@ class Components:
             finally:
                 if self.sink is not None:
                     self.sink.close()
+                if self.tracing is not None:
+                    use_tracer(None)
+                    self.tracing.shutdown()  # exports the spans still queued
 
     async def ready(self) -> bool:
         """Whether the engine can answer (an OPA server is asked; the embedded one can)."""
@@ -206,6 +226,8 @@ def _embedded_engine(engine_config: EngineConfig) -> EmbeddedEngine:
                 engine_config.bundle_url,
                 verification=verification,
                 poll_interval_s=engine_config.poll_interval_s,
+                poll_max_interval_s=engine_config.poll_max_interval_s,
+                headers=_bundle_headers(engine_config.bundle_token_env),
                 download_timeout_s=engine_config.download_timeout_s,
                 max_bundle_bytes=engine_config.max_bundle_bytes,
                 start=False,
@@ -234,6 +256,19 @@ def _embedded_engine(engine_config: EngineConfig) -> EmbeddedEngine:
             f"of the bundle (it has: {', '.join(engine.entrypoints) or 'none'})"
         )
     return engine
+
+
+def _bundle_headers(token_env: str | None) -> dict[str, str] | None:
+    # The bundle server's bearer token, from the environment: named in errors by its
+    # variable, never by its value.
+    if token_env is None:
+        return None
+    token = os.environ.get(token_env, "")
+    if not token:
+        raise ConfigError(f"engine.bundle_token_env: ${token_env} is not set")
+    if not all(33 <= ord(char) <= 126 for char in token):
+        raise ConfigError(f"engine.bundle_token_env: ${token_env} is not a bearer token")
+    return {"Authorization": f"Bearer {token}"}
 
 
 def build_path_view(config: GatewayConfig) -> PathView | None:
@@ -300,6 +335,7 @@ def build_components(config: GatewayConfig) -> Components:
         if config.cache.enabled
         else None
     )
+    metrics = GatewayMetrics(cache)
     path_view = build_path_view(config)
     authorizer = PolicyAuthorizer(
         engine, path=config.engine.decision_path, cache=cache, path_view=path_view
@@ -315,6 +351,7 @@ def build_components(config: GatewayConfig) -> Components:
                 fsync=config.audit.fsync,
                 max_bytes=config.audit.max_bytes,
                 key=config.audit.key,
+                sync_file=metrics.timed_fsync(os.fsync),  # gateway_audit_fsync_seconds
             )
         except OSError as exc:
             if isinstance(engine, EmbeddedEngine):
@@ -333,7 +370,8 @@ def build_components(config: GatewayConfig) -> Components:
     else:
         replay = _assemble_replay(config, authorizer, None, path_view)  # refuses without one
     gate, desk = build_approvals(config, trail)
-    metrics = GatewayMetrics(cache)
+    if sink is not None:
+        metrics.watch_audit(sink)
     if replay is not None:
         metrics.registry.register(replay.collector)
     anchorer = None
@@ -364,6 +402,7 @@ def build_components(config: GatewayConfig) -> Components:
             ServiceLog(engine.identity, interval=config.log.state_interval_s),
             audited=trail is not None,
         ),
+        tracing=_tracing(config),
     )
 
 
@@ -389,3 +428,16 @@ def _assemble_replay(
                 f"replay.capture_dir: cannot open it: {exc.strerror or exc}"
             ) from None
         raise ConfigError(str(exc)) from None
+
+
+def _tracing(config: GatewayConfig) -> TracerProvider | None:
+    # The OTLP/HTTP exporter of [telemetry], when on (nothing is sent until a span ends).
+    table = config.telemetry
+    if not table.enabled:
+        return None
+    return otlp_provider(
+        table.endpoint,
+        service_name=table.service_name,
+        headers=table.headers,
+        timeout_s=table.timeout_s,
+    )

@@ -43,6 +43,7 @@ from gateway.service._config_models import (
     ApprovalsTable,
     AuditTable,
     AuthTable,
+    AuthzenTable,
     CacheTable,
     ConfigError,
     ConfigFile,
@@ -54,6 +55,7 @@ from gateway.service._config_models import (
     PathsTable,
     ServerTable,
     StateTable,
+    TelemetryTable,
     UpstreamTable,
     VerificationTable,
     read_table,
@@ -69,6 +71,7 @@ _FSYNC: Final = tuple(policy.value for policy in FsyncPolicy)
 _ALGORITHMS: Final = ("HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "ES256", "ES384")
 _UPSTREAM_NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _TOOL_PREFIX: Final = re.compile(r"[A-Za-z0-9_-]{0,63}")
+_ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
 #: The shortest audit chain key accepted, in bytes: a shorter HMAC key can be guessed.
 MIN_AUDIT_KEY_BYTES: Final = 16
@@ -109,6 +112,9 @@ class EngineConfig:
     poll_interval_s: float = DEFAULT_POLL_INTERVAL_S
     download_timeout_s: float = DEFAULT_DOWNLOAD_TIMEOUT_S
     max_bundle_bytes: int = DEFAULT_MAX_BUNDLE_BYTES
+    poll_max_interval_s: float | None = None
+    #: The name of the environment variable holding the bundle server's bearer token.
+    bundle_token_env: str | None = None
     #: ... or a policy directory compiled at start by the ``opa`` binary.
     policies: Path | None = None
     #: The opa binary that compiles ``policies`` (default ``$OPA_BIN``, then ``PATH``).
@@ -270,6 +276,10 @@ class GatewayConfig:
     shadow: ShadowSettings | None = None
     #: ``[log]``: level, format, access log.
     log: LogTable = field(default_factory=LogTable)
+    #: ``[authzen]``: the AuthZEN decision API.
+    authzen: AuthzenTable = field(default_factory=AuthzenTable)
+    #: ``[telemetry]``: OpenTelemetry traces.
+    telemetry: TelemetryTable = field(default_factory=TelemetryTable)
     #: ``[approvals]``: the approval store, when on (its path resolved).
     approvals: ApprovalsTable = field(default_factory=ApprovalsTable)
     #: ``[state]``: the session and quota state (its Redis URL resolved from the env).
@@ -405,11 +415,23 @@ def _engine(table: EngineTable, given: Mapping[str, Any], base: Path) -> EngineC
         )
     elif url is None or not url.startswith(("http://", "https://")):
         raise ConfigError("engine.url: required for the opa engine (http(s)://host:port)")
-    for name in ("poll_interval_s", "download_timeout_s", "max_bundle_bytes"):
+    for name in (
+        "poll_interval_s",
+        "download_timeout_s",
+        "max_bundle_bytes",
+        "poll_max_interval_s",
+        "bundle_token_env",
+    ):
         if name in given and (kind != "embedded" or bundle_url is None):
             raise ConfigError(f"engine.{name}: only for engine.bundle_url")
     if table.max_bundle_bytes < 1:
         raise ConfigError("engine.max_bundle_bytes: must be at least 1")
+    if table.poll_max_interval_s is not None and not (
+        table.poll_max_interval_s >= table.poll_interval_s
+    ):
+        raise ConfigError("engine.poll_max_interval_s: must be at least engine.poll_interval_s")
+    if table.bundle_token_env is not None and not _ENV_NAME.fullmatch(table.bundle_token_env):
+        raise ConfigError("engine.bundle_token_env: must name an environment variable")
     try:
         normalize_path(table.decision_path)
     except ValueError:
@@ -424,6 +446,8 @@ def _engine(table: EngineTable, given: Mapping[str, Any], base: Path) -> EngineC
         poll_interval_s=_positive(table.poll_interval_s, "engine.poll_interval_s"),
         download_timeout_s=_positive(table.download_timeout_s, "engine.download_timeout_s"),
         max_bundle_bytes=table.max_bundle_bytes,
+        poll_max_interval_s=table.poll_max_interval_s,
+        bundle_token_env=table.bundle_token_env,
         policies=policies,
         opa_binary=opa_binary,
         **verification,
@@ -834,6 +858,12 @@ def parse_config(
             raise ConfigError(f'tools.modules: {entry!r} must look like "package.module:attribute"')
     replay, shadow = _replay(data, base)
     check_log_table(file.log)
+    if not 1 <= file.authzen.max_evaluations <= 1000:
+        raise ConfigError("authzen.max_evaluations: must be 1-1000")
+    if file.telemetry.enabled and not file.telemetry.endpoint.startswith(("http://", "https://")):
+        raise ConfigError("telemetry.endpoint: must be an http(s):// URL")
+    if file.telemetry.timeout_s <= 0:
+        raise ConfigError("telemetry.timeout_s: must be positive")
     config = GatewayConfig(
         engine=_engine(file.engine, _subtable(data, "engine"), base),
         cache=_cache(file.cache),
@@ -846,6 +876,8 @@ def parse_config(
         replay=replay,
         shadow=shadow,
         log=file.log,
+        authzen=file.authzen,
+        telemetry=file.telemetry,
         approvals=_approvals(file.approvals, base),
         state=_state(file.state),
         source=source,

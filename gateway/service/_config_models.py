@@ -257,6 +257,17 @@ class EngineTable:
     max_bundle_bytes: int = key(
         "`bundle_url`: the largest bundle accepted, in bytes.", DEFAULT_MAX_BUNDLE_BYTES
     )
+    poll_max_interval_s: float | None = key(
+        "`bundle_url`: with it, each wait between polls is drawn at random between "
+        "`poll_interval_s` and this (OPA's `min_delay_seconds`/`max_delay_seconds`), so "
+        "replicas do not poll the server in step.",
+        shown="`poll_interval_s` (no jitter)",
+    )
+    bundle_token_env: str | None = key(
+        "`bundle_url`: the environment variable holding a bearer token for the bundle "
+        "server (`Authorization: Bearer ...`), read at start; the token itself never goes "
+        "in this file. It is sent to the bundle URL's origin only."
+    )
     policies: str | None = key(
         "Embedded engine: a folder of Rego policies, compiled at start by the `opa` binary."
     )
@@ -604,6 +615,27 @@ class ApprovalsTable:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class AuthzenTable:
+    """``[authzen]``: the OpenID AuthZEN Authorization API 1.0 on the same policies."""
+
+    enabled: bool = key(
+        "Whether `POST /access/v1/evaluation(s)` and `GET /.well-known/authzen-configuration` "
+        "are served (by `gateway serve`).",
+        default=False,
+    )
+    trusted_peps: tuple[str, ...] = key(
+        "Caller subjects (from their own credentials) trusted to name the subject in the "
+        "request body; any other caller is always the subject.",
+        (),
+    )
+    base_url: str | None = key(
+        "The `policy_decision_point` identifier in the metadata (`https://pdp.example`).",
+        shown="the request's own scheme and host",
+    )
+    max_evaluations: int = key("The most evaluations one batch may hold (1-1000).", 64)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StateTable:
     """``[state]``: session history, labels and quotas for the policy (`input.state`)."""
 
@@ -639,6 +671,22 @@ class StateTable:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TelemetryTable:
+    """``[telemetry]``: OpenTelemetry traces of every call, exported over OTLP/HTTP."""
+
+    enabled: bool = key("Whether spans are made and exported.", default=False)
+    endpoint: str = key(
+        "The OTLP/HTTP traces endpoint (`http(s)://collector:4318/v1/traces`).",
+        "http://127.0.0.1:4318/v1/traces",
+    )
+    service_name: str = key("The `service.name` of the spans' resource.", "gateway")
+    headers: Mapping[str, str] = key(
+        "HTTP headers sent with every export (a collector's API key, say).", factory=dict
+    )
+    timeout_s: float = key("The longest one export may take, in seconds.", 10.0)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ConfigFile:
     """The whole file: one table per surface and part."""
 
@@ -653,5 +701,7 @@ class ConfigFile:
     replay: ReplayTable = key("The replay capture.", factory=ReplayTable)
     shadow: ShadowTable = key("Shadow evaluation.", factory=ShadowTable)
     log: LogTable = key("Logging.", factory=LogTable)
+    authzen: AuthzenTable = key("The AuthZEN decision API.", factory=AuthzenTable)
+    telemetry: TelemetryTable = key("OpenTelemetry traces.", factory=TelemetryTable)
     approvals: ApprovalsTable = key("Approvals.", factory=ApprovalsTable)
     state: StateTable = key("Session and quota state.", factory=StateTable)

@@ -58,7 +58,8 @@ def captured() -> Iterator[io.StringIO]:
 
 
 def _with_access_log(path: Path) -> Path:
-    path.write_text(path.read_text() + '\n[log]\naccess = true\nlevel = "debug"\n')
+    extra = '\n[log]\naccess = true\nlevel = "debug"\n\n[authzen]\nenabled = true\n'
+    path.write_text(path.read_text() + extra)
     return path
 
 
@@ -111,6 +112,18 @@ async def _http_calls(config_path: Path) -> list[int]:
         statuses.append(unauthenticated.status_code)
         big = {"id": "8", "name": "search", "arguments": {"query": CANARY * 200_000}}
         statuses.append((await http.post("/v1/calls", json=big, headers=key)).status_code)
+        for arguments in ({"query": CANARY, "tenant": "acme"}, {"query": 1, "x": CANARY}):
+            evaluation = {
+                "subject": {"type": "user", "id": "alice"},
+                "action": {"name": "tools/call"},
+                "resource": {
+                    "type": "tool",
+                    "id": "search",
+                    "properties": {"arguments": arguments},
+                },
+            }
+            answer = await http.post("/access/v1/evaluation", json=evaluation, headers=key)
+            statuses.append(answer.status_code)
     return statuses
 
 
@@ -137,8 +150,9 @@ async def test_no_argument_value_reaches_any_log_line_through_http_or_mcp(
 
     # The calls did what they should (so the lines below are about real outcomes).
     assert [answer.is_error for answer in answers] == [False, True, False, True, True, True]
-    assert statuses == [200, 403, 400, 400, 400, 400, 400, 401, 413]
+    assert statuses == [200, 403, 400, 400, 400, 400, 400, 401, 413, 200, 200]
     assert down_statuses[:2] == [503, 503]
+    assert down_statuses[-2:] == [503, 200]  # AuthZEN: no decision; refused at admission
 
     logged = captured.getvalue()
     assert CANARY not in logged

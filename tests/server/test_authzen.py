@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from examples.example_tools import TOOLS
 from gateway.audit import AuditTrail, MemorySink
 from gateway.policy import EmbeddedEngine, EngineUnavailableError, PolicyAuthorizer
+from gateway.server import build_service, load_config
 from gateway.server._authzen import (
     AuthzenApi,
     BadRequestError,
@@ -32,7 +33,8 @@ from gateway.service import Authenticator, Gateway, api_key_digest
 from gateway.service._config import ApiKey, AuthConfig
 from gateway.testing import RecordingTool, StaticEngine
 from tests.server.authzen_cases import BASIC, BATCH, Case
-from tests.server.conftest import BUNDLE
+from tests.server.conftest import ALICE as CONF_ALICE
+from tests.server.conftest import BUNDLE, gateway_toml, key, read_audit, serve
 
 FIXTURE: Final = Path(__file__).with_name("authzen_fixture")
 PEP_KEY: Final = "authzen-harness-key"
@@ -194,8 +196,8 @@ async def test_an_unauthenticated_request_is_401_before_any_policy(
     harness: httpx.AsyncClient,
 ) -> None:
     case = BASIC[0]
-    for key in ("", "not-a-key"):
-        response = await harness.post(case.path, json=case.body, headers={"x-api-key": key})
+    for wrong in ("", "not-a-key"):
+        response = await harness.post(case.path, json=case.body, headers={"x-api-key": wrong})
         assert response.status_code == 401
 
 
@@ -398,3 +400,57 @@ def test_an_evaluation_is_read_whole_or_refused_with_a_bad_request(
         assert all(isinstance(entity[member], str) for member in members)
     assert isinstance(evaluation.action["name"], str)
     assert evaluation.subject is item.get("subject", defaults.get("subject"))
+
+
+# -- served by the HTTP service from its configuration ----------------------------------------
+
+
+def _service_config(tmp_path: Path, policy_dir: Path, opa_binary: str, authzen: str) -> Path:
+    text = gateway_toml(
+        engine="embedded",
+        audit_path=tmp_path / "audit.jsonl",
+        policies=policy_dir,
+        opa_binary=opa_binary,
+    )
+    path = tmp_path / "gateway.toml"
+    path.write_text(text + authzen, encoding="utf-8")
+    return path
+
+
+def test_the_http_service_serves_the_authzen_api_when_configured_and_not_otherwise(
+    tmp_path: Path, policy_dir: Path, opa_binary: str
+) -> None:
+    on = _service_config(
+        tmp_path,
+        policy_dir,
+        opa_binary,
+        '\n[authzen]\nenabled = true\nbase_url = "https://pdp.example"\n',
+    )
+    body = _tool("add", {"a": 1, "b": 2})
+    with serve(build_service(load_config(on)).app) as url:
+        decided = httpx.post(
+            f"{url}/access/v1/evaluation",
+            json=body,
+            headers={**key(CONF_ALICE), "x-request-id": "r-1"},
+        )
+        metadata = httpx.get(f"{url}/.well-known/authzen-configuration")
+        refused = httpx.post(f"{url}/access/v1/evaluation", json=body)
+    assert decided.status_code == 200
+    assert decided.json()["decision"] is True
+    assert decided.headers["x-request-id"] == "r-1"
+    assert (
+        metadata.json()["access_evaluation_endpoint"] == "https://pdp.example/access/v1/evaluation"
+    )
+    assert refused.status_code == 401
+    records = read_audit(tmp_path / "audit.jsonl")
+    assert [(r["tool"], r["result"], r["context"]["request_id"]) for r in records] == [
+        ("add", "allow", "r-1")
+    ]
+    off = _service_config(tmp_path, policy_dir, opa_binary, "")
+    with serve(build_service(load_config(off)).app) as url:
+        assert (
+            httpx.post(
+                f"{url}/access/v1/evaluation", json=body, headers=key(CONF_ALICE)
+            ).status_code
+            == 404
+        )

@@ -302,6 +302,8 @@ def _every_table(tmp_path: Path) -> Data:
     data["log"] = {"format": "json", "access": True}
     data["approvals"] = {"enabled": False, "ttl_s": 60}
     data["state"] = {"backend": "redis", "url": "redis://127.0.0.1:6379/0", "windows_s": [60]}
+    data["authzen"] = {"enabled": True, "trusted_peps": ["pep"]}
+    data["telemetry"] = {"enabled": True, "headers": {"x-key": "k"}}
     return data
 
 
