@@ -62,14 +62,15 @@ async def _rotation(
 
 async def state_lines(n: int) -> dict[str, dict[str, float]]:
     """``s_decision_*``: median and p99 of one decision without state, in process, Redis."""
-    engine = EmbeddedEngine.from_bundle(BUNDLE)
+    # A generous deadline: this measures cost, not the deadline path, on a shared machine.
+    engine = EmbeddedEngine.from_bundle(BUNDLE, timeout_s=10.0)
     policy = PolicyAuthorizer(engine)
     settings = StateSettings(tools=frozenset({TOOL.name}))
     memory = StatefulAuthorizer(policy, MemoryStateStore(), settings=settings)
     authorization = Authorization(TOOL, b"{}")
     try:
         with RedisServer() as server:
-            store = RedisStateStore(server.url)
+            store = RedisStateStore(server.url, timeout_s=5.0)
             redis = StatefulAuthorizer(policy, store, settings=settings)
             with caller_context(CONTEXT), session_context("bench"):
                 # Without state the trifecta rule refuses (no session state): the same

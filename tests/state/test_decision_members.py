@@ -90,3 +90,30 @@ def test_a_decision_with_labels_of_the_wrong_type_is_not_well_formed() -> None:
 def test_a_session_id_is_accepted_exactly_when_it_is_1_to_256_visible_ascii(text: str) -> None:
     expected = 1 <= len(text) <= 256 and all("!" <= ch <= "~" for ch in text)
     assert valid_session_id(text) is expected
+
+
+_ASCII = st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=12)
+
+
+@given(
+    st.lists(st.tuples(_ASCII, _ASCII, _ASCII), max_size=6),
+    st.dictionaries(_ASCII, st.dictionaries(_ASCII, st.integers(0, 2**53), max_size=3)),
+)
+def test_the_state_input_encoding_is_the_canonical_one(
+    history: list[tuple[str, str, str]], tools: dict[str, dict[str, int]]
+) -> None:
+    from gateway import _json
+    from gateway.state import encode_state
+
+    document = {
+        "version": 1,
+        "session": {
+            "calls": len(history),
+            "labels": sorted({label for _t, label, _o in history}),
+            "tools": tools,
+            "history": [{"tool": t, "labels": [label], "outcome": o} for t, label, o in history],
+        },
+        "counts": {"caller": {"60": 1, "3600": 2}},
+    }
+
+    assert encode_state(document) == _json.canonical(document)
