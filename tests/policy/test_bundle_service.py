@@ -85,7 +85,7 @@ def bundle_server() -> Iterator[BundleServer]:
         yield server
 
 
-def _service(url: str, public_key: Path, tmp_path: Path) -> Any:
+def _service(url: str, public_key: Path, tmp_path: Path, **engine: Any) -> Any:
     config = parse_config(
         {
             "engine": {
@@ -93,6 +93,7 @@ def _service(url: str, public_key: Path, tmp_path: Path) -> Any:
                 "bundle_url": url,
                 "poll_interval_s": 0.05,
                 "verification": {"key_file": str(public_key), "algorithm": "RS256"},
+                **engine,
             },
             "audit": {"enabled": False},
             "auth": {
@@ -164,3 +165,85 @@ def test_a_service_does_not_start_on_a_bundle_it_cannot_verify(
     bundle_server.serve(published["forged"], '"forged"')
     with pytest.raises(ConfigError, match=r"engine\.bundle_url: the policy does not load"):
         _service(bundle_server.url, published["public_key"], tmp_path)
+
+
+TOKEN_ENV: Final = "GATEWAY_TEST_BUNDLE_TOKEN"  # noqa: S105 - a variable name
+
+
+def test_the_bundle_server_gets_the_bearer_token_the_environment_holds(
+    published: dict[str, Any],
+    bundle_server: BundleServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(TOKEN_ENV, "t0ken-value")
+    bundle_server.serve(published["granted"], '"granted"')
+    service = _service(
+        bundle_server.url,
+        published["public_key"],
+        tmp_path,
+        bundle_token_env=TOKEN_ENV,
+        poll_interval_s=0.01,
+        poll_max_interval_s=0.03,
+    )
+    engine = service.engine
+    assert isinstance(engine, EmbeddedEngine)
+    server = LiveServer(service.app).start()
+    try:
+        bundle_server.serve(published["revoked"], '"revoked"')
+        _rounds(bundle_server, 3)
+        assert engine.revision() == "revoked-2"
+    finally:
+        server.stop()
+    assert {sent["Authorization"] for sent in bundle_server.requests} == {"Bearer t0ken-value"}
+    assert "t0ken" not in f"{engine.identity} {engine!r} {service.config!r}"
+
+
+@pytest.mark.parametrize("value", [None, "", "two words", "line\nbreak"])
+def test_a_token_variable_that_is_unset_or_not_a_token_is_a_config_error(
+    published: dict[str, Any],
+    bundle_server: BundleServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    value: str | None,
+) -> None:
+    if value is None:
+        monkeypatch.delenv(TOKEN_ENV, raising=False)
+    else:
+        monkeypatch.setenv(TOKEN_ENV, value)
+    bundle_server.serve(published["granted"], '"granted"')
+    with pytest.raises(ConfigError, match=TOKEN_ENV) as caught:
+        _service(bundle_server.url, published["public_key"], tmp_path, bundle_token_env=TOKEN_ENV)
+    if value:
+        assert value not in str(caught.value)
+    assert bundle_server.requests == []
+
+
+@pytest.mark.parametrize(
+    ("engine", "message"),
+    [
+        ({"bundle_token_env": "NOT A NAME"}, "must name an environment variable"),
+        ({"poll_interval_s": 2, "poll_max_interval_s": 1}, "at least engine.poll_interval_s"),
+    ],
+)
+def test_bundle_credentials_and_jitter_are_checked_by_the_config(
+    published: dict[str, Any],
+    bundle_server: BundleServer,
+    tmp_path: Path,
+    engine: dict[str, Any],
+    message: str,
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        _service(bundle_server.url, published["public_key"], tmp_path, **engine)
+
+
+def test_bundle_credentials_and_jitter_are_only_for_a_bundle_server(tmp_path: Path) -> None:
+    for key, value in (("bundle_token_env", TOKEN_ENV), ("poll_max_interval_s", 5.0)):
+        with pytest.raises(ConfigError, match=f"engine.{key}: only for engine.bundle_url"):
+            parse_config(
+                {
+                    "engine": {"kind": "embedded", "bundle": "bundles/policies.tar.gz", key: value},
+                    "tools": {"modules": ["examples.example_tools:TOOLS"]},
+                },
+                base=ROOT,
+            )
