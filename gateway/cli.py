@@ -14,6 +14,7 @@ import dataclasses
 import importlib.metadata
 import json
 import os
+import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -284,27 +285,52 @@ def _serve(args: argparse.Namespace) -> int:
         _warn_unkeyed(config, "serve")
         if config.server.workers > 1:
             return _serve_workers(args, config)
-        level = args.log_level or config.log.level
-        configure_logging(dataclasses.replace(config.log, level=level))
-        service = build_service(config)
     except (ConfigError, GatewayError) as exc:
-        # A policy that fails to load says why only in its detail (the engine's message).
         detail = getattr(exc, "detail", None)
         print(f"gateway serve: {exc}" + (f": {detail}" if detail else ""), file=sys.stderr)
         return EXIT_USAGE
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
-    service.listening = f"http://{host}:{port}"  # the start-up line, once the engine is open
-    uvicorn.run(
-        service.app,
-        host=host,
-        port=port,
-        log_level=level,
-        log_config=None,  # the gateway's own logging (configure_logging)
-        access_log=False,
-        **server_stack(),
-    )
+    # The port is taken before anything is built or said: one in use ends the command at
+    # once, naming it, instead of after the policies were compiled and "serving" printed.
+    try:
+        listener = _listen(host, port)
+    except OSError as exc:
+        print(
+            f"gateway serve: cannot listen on {host}:{port}: {exc.strerror or exc} "
+            "(server.port or --port)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    with listener:
+        try:
+            level = args.log_level or config.log.level
+            configure_logging(dataclasses.replace(config.log, level=level))
+            service = build_service(config)
+        except (ConfigError, GatewayError) as exc:
+            # A policy that fails to load says why only in its detail (the engine's message).
+            detail = getattr(exc, "detail", None)
+            print(f"gateway serve: {exc}" + (f": {detail}" if detail else ""), file=sys.stderr)
+            return EXIT_USAGE
+        bound = listener.getsockname()[1]
+        service.listening = f"http://{host}:{bound}"  # the start-up line, once it is open
+        server = uvicorn.Server(
+            uvicorn.Config(
+                service.app,
+                log_level=level,
+                log_config=None,  # the gateway's own logging (configure_logging)
+                access_log=False,
+                **server_stack(),
+            )
+        )
+        server.run(sockets=[listener])
     return EXIT_OK
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    # The first address of host, as uvicorn would bind it (address reuse, not port sharing).
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    return socket.create_server((host, port), family=family, backlog=2048)
 
 
 def _serve_workers(args: argparse.Namespace, config: GatewayConfig) -> int:

@@ -327,7 +327,9 @@ def test_serve_runs_the_service_until_stopped(
         )
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
+        # The port is bound at once and answered once the policies are compiled (opa build,
+        # which takes tens of seconds on a loaded machine): a bound on start-up, not a timing.
+        deadline = time.monotonic() + 120
         while True:
             assert process.poll() is None, log.read_text(encoding="utf-8")
             try:
@@ -365,6 +367,37 @@ def test_serve_runs_the_service_until_stopped(
     capsys.readouterr()
     assert main(["audit", "verify", "--config", str(config)]) == 0
     assert [r["call_id"] for r in read_audit(audit_path)] == ["1", "1", "2"]
+
+
+def test_serve_on_a_port_in_use_exits_2_naming_it_before_building_anything(
+    tmp_path: Path, policy_dir: Path
+) -> None:
+    config = tmp_path / "gateway.toml"
+    config.write_text(
+        gateway_toml(
+            engine="embedded",
+            audit_path=tmp_path / "audit" / "audit.jsonl",
+            policies=policy_dir,
+            tools=["examples.example_tools:TOOLS"],
+        ),
+        encoding="utf-8",
+    )
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "gateway", "serve", "--config", str(config),
+             "--host", "127.0.0.1", "--port", str(port)],
+            capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        )  # fmt: skip
+
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"gateway serve: cannot listen on 127.0.0.1:{port}: ")
+    assert "serving" not in done.stderr
+    # Nothing was built: the audit trail was never opened.
+    assert not (tmp_path / "audit" / "audit.jsonl").exists()
 
 
 # -- --version and --help -------------------------------------------------------------------
