@@ -282,6 +282,9 @@ class FileApprovalStore:
         self._lock_path = self._path.with_name(self._path.name + ".lock")
         self._clock = clock
         self._thread_lock = threading.Lock()
+        # The last state read, by the file's identity: every write renames a new file into
+        # place, so an unchanged (inode, size, mtime) is an unchanged state.
+        self._seen: tuple[tuple[int, int, int], dict[str, Approval]] | None = None
 
     @property
     def path(self) -> Path:
@@ -304,7 +307,29 @@ class FileApprovalStore:
             finally:
                 os.close(fd)
 
+    def _identity(self) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(self._path)
+        except FileNotFoundError:
+            return None
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def _snapshot(self) -> dict[str, Approval]:
+        # The state as last written, without the lock: for the look-ups every call makes,
+        # which take the lock only when there is something to change.
+        identity = self._identity()
+        if identity is None:
+            return {}
+        seen = self._seen
+        if seen is not None and seen[0] == identity:
+            return seen[1]
+        with self._thread_lock:
+            return self._read()
+
     def _read(self) -> dict[str, Approval]:
+        # Always from the file: what is decided under the lock never rests on the cache
+        # (a cache that missed a change could only make a look-up miss an approval).
+        identity = self._identity()
         try:
             raw = self._path.read_bytes()
         except FileNotFoundError:
@@ -319,7 +344,10 @@ class FileApprovalStore:
         if not isinstance(records, list):
             raise ApprovalError("approval_store_corrupt", "the approval file has no approvals")
         approvals = (Approval.from_json(record) for record in records)
-        return {approval.id: approval for approval in approvals}
+        items = {approval.id: approval for approval in approvals}
+        if identity is not None:
+            self._seen = (identity, dict(items))
+        return items
 
     def _write(self, items: dict[str, Approval]) -> None:
         now = self._clock()
@@ -339,6 +367,9 @@ class FileApprovalStore:
         finally:
             os.close(fd)
         os.replace(temporary, self._path)
+        identity = self._identity()
+        if identity is not None:
+            self._seen = (identity, {a.id: a for a in kept})
         directory = os.open(self._path.parent, os.O_RDONLY)
         try:
             os.fsync(directory)
@@ -372,6 +403,8 @@ class FileApprovalStore:
 
     def claim(self, key: ApprovalKey, now: float) -> Approval | None:
         """Mark the approved approval for ``key`` used (durably) and return it."""
+        if not any(_claimable(a, key, now) for a in self._snapshot().values()):
+            return None  # the common case: no lock, no read unless the file changed
         with self._locked() as items:
             for approval in items.values():
                 if _claimable(approval, key, now):
@@ -382,8 +415,7 @@ class FileApprovalStore:
 
     def find_pending(self, key: ApprovalKey, now: float) -> Approval | None:
         """The pending, unexpired approval for ``key``, if any."""
-        with self._locked() as items:
-            for approval in items.values():
-                if approval.key == key and approval.status == PENDING and not approval.expired(now):
-                    return approval
+        for approval in self._snapshot().values():
+            if approval.key == key and approval.status == PENDING and not approval.expired(now):
+                return approval
         return None

@@ -251,3 +251,17 @@ async def test_two_retries_at_once_on_the_file_store_run_the_call_once(tmp_path:
     results = await asyncio.gather(*(world.pay(500) for _ in range(4)))
     assert [r.code for r in results].count("ok") == 1
     assert world.tool.count == 1
+
+
+async def test_an_approval_another_process_decided_is_seen_by_a_running_gateway(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock(1_700_000_000.0)
+    path = tmp_path / "approvals.json"
+    serving = World(FileApprovalStore(path, clock=clock), clock)
+    pending = await serving.pay(500)
+    assert (await serving.pay(500)).code == "approval_pending"  # its view is now cached
+    elsewhere = ApprovalDesk(FileApprovalStore(path, clock=clock), clock=clock)
+    await elsewhere.decide(pending.approval_id, TREASURER, approve=True)
+    assert (await serving.pay(500)).code == "ok"
+    assert (await serving.pay(500)).code == "approval_pending"
