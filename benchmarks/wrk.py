@@ -784,11 +784,12 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for server in servers:
                 server.start()
-                server.record_stack()
             for server in servers:
                 script = folder / f"{server.name}.lua"
                 script.write_text(server.script, encoding="utf-8")
                 run_wrk(wrk, server, script, 32, 1)  # warm-up
+                # After the warm-up: every worker is serving by then, not only the first.
+                server.record_stack()
             for round_ in range(1, args.rounds + 1):
                 # Each round starts one server further on, so that no server always follows
                 # the same one (an fsync-heavy run leaves the disk busy for the next).
