@@ -3,7 +3,8 @@
 Use these instead of monkeypatching: ``StaticAuthorizer`` and ``RecordingAuthorizer`` for
 the Authorizer protocol, ``RecordingTool`` for Tool, ``FakeClock`` for every ``clock=``
 parameter, ``GatedFsync`` for a file sink's ``sync_file`` and ``TornWrite`` for its
-``write_head``, ``GatedEngine`` for an engine that answers only when a test lets it,
+``write_head``, ``WakeCountingLoop`` to count an event loop's wake-ups from other threads,
+``GatedEngine`` for an engine that answers only when a test lets it,
 ``OpaServer`` to run a real ``opa`` binary on loopback, ``BundleServer`` to serve bundles
 as OPA's bundle servers do, and ``RedisServer`` to run a real ``redis-server`` on loopback
 (killed, paused, restarted). ``JsonWork`` counts the strict JSON parses and canonical
@@ -13,7 +14,7 @@ encodings a piece of code does.
 from gateway.testing._bundle_server import BundleServer
 from gateway.testing._engines import UNDEFINED, StaticEngine
 from gateway.testing._fakes import FakeClock, RecordingAuthorizer, RecordingTool, StaticAuthorizer
-from gateway.testing._fsync import GatedFsync, TornWrite
+from gateway.testing._fsync import GatedFsync, TornWrite, WakeCountingLoop
 from gateway.testing._gated import GatedEngine
 from gateway.testing._json_work import JsonWork
 from gateway.testing._live_server import LiveServer
@@ -36,6 +37,7 @@ __all__ = [
     "StaticAuthorizer",
     "StaticEngine",
     "TornWrite",
+    "WakeCountingLoop",
     "find_opa_binary",
     "find_redis_binary",
 ]

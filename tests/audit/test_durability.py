@@ -43,8 +43,14 @@ from gateway.audit._chain import (
     read_head,
 )
 from gateway.server import Gateway
-from gateway.testing import FakeClock, GatedFsync, RecordingTool, StaticAuthorizer, TornWrite
-from gateway.testing._fsync import WakeCountingLoop
+from gateway.testing import (
+    FakeClock,
+    GatedFsync,
+    RecordingTool,
+    StaticAuthorizer,
+    TornWrite,
+    WakeCountingLoop,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT = 30  # seconds; a safety net for a hung syncer, never reached by a passing test
