@@ -232,6 +232,7 @@ def redact_output(output: ToolOutput, obligations: tuple[RedactOutput, ...]) -> 
         content = tuple(_redact_item(item, ob, budget) for item in content)
         if details is not None:
             budget.spend(len(details))
-            document = _json.parse(details, max_depth=_DEPTH)
+            # Checked strictly when the output was made (ToolOutput): read as trusted.
+            document = _json.parse_trusted(details)
             details = _json.canonical(_redact_document(document, ob, budget))
     return ToolOutput(content=content, details=details)
