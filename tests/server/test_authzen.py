@@ -19,7 +19,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from examples.example_tools import TOOLS
 from gateway.audit import AuditTrail, MemorySink
 from gateway.policy import EmbeddedEngine, EngineUnavailableError, PolicyAuthorizer
 from gateway.server import build_service, load_config
@@ -30,7 +29,7 @@ from gateway.server._authzen import (
     read_evaluation,
 )
 from gateway.service import Authenticator, Gateway, api_key_digest
-from gateway.service._config import ApiKey, AuthConfig
+from gateway.service._config import ApiKey, AuthConfig, import_tools
 from gateway.testing import RecordingTool, StaticEngine
 from tests.server.authzen_cases import BASIC, BATCH, Case
 from tests.server.conftest import ALICE as CONF_ALICE
@@ -47,6 +46,9 @@ _RECORD_ARGUMENTS: Final = {
     "required": ["resource"],
     "additionalProperties": False,
 }
+
+# The example tools, imported as the service imports them (not as a second module name).
+TOOLS = import_tools("examples.example_tools:TOOLS")
 
 
 def _authenticator() -> Authenticator:
