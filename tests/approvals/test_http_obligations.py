@@ -15,6 +15,7 @@ from typing import Any, Final
 import httpx
 import pytest
 
+from gateway.audit import verify_trail
 from gateway.cli import main
 from gateway.server import build_service, load_config
 from gateway.testing import LiveServer, OpaServer
@@ -180,6 +181,10 @@ def test_an_approval_from_request_to_single_use_run(start: Factory) -> None:
     service.stop()
     events = [r["event"] for r in service.audit() if r["type"] == "approval"]
     assert events == ["requested", "approved", "requested", "used", "requested"]
+    key = (service.folder / ".audit.key").read_bytes().strip()
+    results = verify_trail(service.folder / "audit.jsonl", key=key)
+    assert results
+    assert all(result.ok for _, result in results)
 
 
 def test_a_pending_approval_survives_a_restart_and_is_then_approved(start: Factory) -> None:
