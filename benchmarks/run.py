@@ -27,6 +27,7 @@ import aiohttp
 import httpx
 import requests
 
+from benchmarks.state import state_lines
 from gateway import (
     Authorization,
     AuthorizationError,
@@ -623,6 +624,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await bench.audit()
         bench.extra["k"] = bench.memory()
         await bench.http()
+        # Session state per decision: none, in process, Redis (benchmarks/state.py).
+        bench.results.update(await state_lines(bench.n(5000)))
     report: dict[str, Any] = {
         "machine": {**machine(), "opa": opa_version(binary)},
         "scenarios": bench.results,
