@@ -26,7 +26,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-from scaleout.topology import GATEWAY_PORT, POLL_S, ROOT, Replica, Topology, build, start_replica
+from scaleout.topology import (
+    GATEWAY_PORT,
+    POLL_S,
+    ROOT,
+    SEARCH,
+    Replica,
+    Topology,
+    build,
+    start_replica,
+)
 
 #: What a reader's ``add`` call answers while the grant is in force, and once revoked.
 ALLOWED: Final = 200
@@ -126,6 +135,57 @@ def scenario_recovery(topology: Topology, granted: bool) -> dict[str, Any]:
     since = topology.publish(bundle)
     times = converge(topology, not granted, since)
     return {"what": "rollout after the outage", "seconds": times, "granted": not granted}
+
+
+def scenario_redis(topology: Topology, how: str) -> dict[str, Any]:
+    """Redis cut off (link down) or stalled (SIGSTOP) while every replica is called.
+
+    Calls that need state must fail closed on every replica (503 ``state_unavailable``);
+    calls that do not must run.
+    """
+    if how == "link down":
+        topology.redis_host.link_down()
+    elif topology.redis is not None:
+        topology.redis.send_signal(signal.SIGSTOP)
+    calls = wrong = unauthorized = 0
+    try:
+        deadline = time.monotonic() + HOLD_S
+        while time.monotonic() < deadline:
+            for replica in topology.replicas:
+                calls += 2
+                stateful = topology.call(replica, f"state-{calls}")
+                unauthorized += stateful == ALLOWED  # it ran without the state it needs
+                wrong += stateful != 503
+                wrong += topology.call(replica, f"search-{calls}", call=SEARCH) != ALLOWED
+    finally:
+        if how == "link down":
+            topology.redis_host.link_up()
+        elif topology.redis is not None:
+            topology.redis.send_signal(signal.SIGCONT)
+    back = converge_call(topology)
+    return {
+        "what": f"Redis {how}: calls needing state fail closed, the others run",
+        "calls": calls,
+        "wrong": wrong,
+        "unauthorized": unauthorized,
+        "back_s": back,
+    }
+
+
+def converge_call(topology: Topology) -> float:
+    """Seconds until every replica runs a call that needs state again."""
+    since = time.monotonic()
+    pending = set(range(len(topology.replicas)))
+    probe = 0
+    while pending and time.monotonic() < since + CONVERGE_S:
+        for index in sorted(pending):
+            probe += 1
+            if topology.call(topology.replicas[index], f"back-{probe}") == ALLOWED:
+                pending.discard(index)
+        time.sleep(PROBE_S)
+    if pending:
+        raise RuntimeError("state did not come back")
+    return time.monotonic() - since
 
 
 def _decision_ids(trail: Path) -> set[str]:
@@ -289,6 +349,7 @@ def run_all(repeats: int, seconds: int, log: Callable[[str], None]) -> dict[str,
         "topology": {
             "bundle_server": topology.bundle_host.address,
             "client": topology.client.address,
+            "redis": topology.redis_host.address,
             "replicas": [
                 {"host": r.host.name, "address": r.host.address, "engine": r.engine}
                 for r in topology.replicas
@@ -315,6 +376,8 @@ def run_all(repeats: int, seconds: int, log: Callable[[str], None]) -> dict[str,
             converge(topology, True, topology.publish(again))
             granted = True
         faults.append(scenario_kill(topology, topology.replicas[0], granted))
+        faults.append(scenario_redis(topology, "link down"))
+        faults.append(scenario_redis(topology, "stalled (SIGSTOP)"))
         results["faults"] = faults
         log("audit")
         results["audit"] = scenario_collected_trails(topology)
@@ -351,6 +414,7 @@ def markdown(results: dict[str, Any]) -> str:
         "| --- | --- | --- |",
         f"| bundles | {t['bundle_server']} | static HTTP server of the signed bundles |",
         f"| client | {t['client']} | wrk (throughput) |",
+        f"| redis | {t['redis']} | redis-server: the replicas' shared session and quota state |",
     ]
     for r in t["replicas"]:
         what = (
@@ -396,6 +460,11 @@ def markdown(results: dict[str, Any]) -> str:
                 f"| {fault['what']} | {fault['calls']} ({fault['acknowledged']} acknowledged "
                 f"as run) | {fault['missing_from_trail']} missing from the trail; trail "
                 f"verifies after restart: {fault['trail_verifies_after_restart']} |"
+            )
+        elif "back_s" in fault:
+            lines.append(
+                f"| {fault['what']} | {fault['calls']} | {fault['wrong']} wrong, "
+                f"{fault['unauthorized']} run without state; all back in {fault['back_s']:.2f} s |"
             )
         else:
             lines.append(f"| {fault['what']} | {fault['calls']} | {fault['wrong']} |")

@@ -32,6 +32,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from gateway.policy import build_bundle
 from gateway.testing import find_opa_binary
 from gateway.testing._netns import Host, Network
+from gateway.testing._redis_server import find_redis_binary
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 POLICIES: Final = ROOT / "policies"
@@ -40,6 +41,8 @@ WASM_BUNDLE: Final = "gateway.tar.gz"
 REGO_BUNDLE: Final = "gateway-rego.tar.gz"
 BUNDLE_PORT: Final = 8000
 GATEWAY_PORT: Final = 8080
+REDIS_PORT: Final = 6379
+SEARCH: Final = {"name": "search", "arguments": {"tenant": "acme", "query": "q"}}
 POLL_S: Final = 1.0
 ANCHOR_S: Final = 1.0
 CALL: Final = {"name": "add", "arguments": {"a": 2, "b": 3}}
@@ -98,8 +101,18 @@ class Topology:
     public_key: Path
     wrong_key: Path
     opa: str
+    redis_host: Host
     published: list[str] = field(default_factory=list)
     _bundle_server: subprocess.Popen[bytes] | None = None
+    redis: subprocess.Popen[bytes] | None = None
+
+    def start_redis(self) -> None:
+        """Run Redis on its own host (no persistence: the state of one run)."""
+        self.redis = self.redis_host.popen(
+            [find_redis_binary(), "--bind", self.redis_host.address, "--port", str(REDIS_PORT),
+             "--save", "", "--appendonly", "no", "--protected-mode", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
 
     # -- bundles ------------------------------------------------------------------------------
 
@@ -161,12 +174,12 @@ class Topology:
 
     # -- calls ----------------------------------------------------------------------------
 
-    def call(self, replica: Replica, call_id: str, timeout_s: float = 5.0) -> int:
-        """One ``add`` call as the reader; the HTTP status (0 when there was no answer)."""
+    def call(self, replica: Replica, call_id: str, timeout_s: float = 5.0, call: Any = CALL) -> int:
+        """One call (``add``) as the reader; the HTTP status (0 when there was no answer)."""
         try:
             answer = httpx.post(
                 f"{replica.url}/v1/calls",
-                json={"id": call_id, **CALL},
+                json={"id": call_id, **call},
                 headers={"X-API-Key": self.api_key},
                 timeout=timeout_s,
             )
@@ -181,7 +194,13 @@ class Topology:
 
 
 def _replica_config(  # noqa: PLR0917 - one replica's settings, each named at the call
-    folder: Path, engine: str, bundle_url: str, public_key: Path, key_sha256: str, work: Path
+    folder: Path,
+    engine: str,
+    bundle_url: str,
+    public_key: Path,
+    key_sha256: str,
+    work: Path,
+    redis: str,
 ) -> Path:
     (folder / "audit").mkdir(parents=True, exist_ok=True)
     if engine == "embedded":
@@ -230,6 +249,12 @@ context = {{ subject = "scaleout", roles = ["reader"], tenant = "acme" }}
 
 [tools]
 modules = ["examples.example_tools:TOOLS"]
+
+[state]
+backend = "redis"
+url = "redis://{redis}:{REDIS_PORT}/0"
+timeout_s = 0.5
+tools = ["add"]                    # decisions on add read the shared state; search's do not
 """,
         encoding="utf-8",
     )
@@ -292,6 +317,7 @@ def build(engines: tuple[str, ...] = ("embedded", "embedded", "opa")) -> Topolog
     try:
         bundle_host = network.host("bundles")
         client = network.host("client")
+        redis_host = network.host("redis")
         hosts = [network.host(f"replica{index + 1}") for index in range(len(engines))]
         keys = work / "keys"
         keys.mkdir()
@@ -307,12 +333,15 @@ def build(engines: tuple[str, ...] = ("embedded", "embedded", "opa")) -> Topolog
         replicas = []
         for host, engine in zip(hosts, engines, strict=True):
             folder = work / host.name
-            _replica_config(folder, engine, bundle_url, public_key, digest, work)
+            _replica_config(
+                folder, engine, bundle_url, public_key, digest, work, redis_host.address
+            )
             replicas.append(Replica(host, engine, folder))
         topology = Topology(
             network, work, bundle_host, client, replicas, api_key, signing_key, public_key,
-            wrong_key, find_opa_binary(),
+            wrong_key, find_opa_binary(), redis_host,
         )  # fmt: skip
+        topology.start_redis()
         topology.publish(topology.make_bundles("r0", grant=True))
         topology.start_bundle_server()
         for replica in replicas:

@@ -17,6 +17,7 @@ from scaleout.run import (
     hold,
     scenario_collected_trails,
     scenario_outage,
+    scenario_redis,
     scenario_wrong_key,
 )
 from scaleout.topology import Topology, build
@@ -68,3 +69,16 @@ def test_collected_chains_verify_against_the_anchors_until_one_is_deleted_or_rol
     assert result["deleted"]["failed"], result
     assert result["rolled_back"]["failed"], result
     assert "replica2: record " in result["rolled_back"]["err"]
+
+
+@pytest.mark.parametrize("how", ["link down", "stalled (SIGSTOP)"])
+def test_redis_cut_off_or_stalled_fails_closed_only_the_calls_that_need_state(
+    topology: Topology, how: str
+) -> None:
+    regrant = topology.make_bundles(f"regrant-{how.split()[0]}", grant=True)
+    converge(topology, granted=True, since=topology.publish(regrant))
+
+    result = scenario_redis(topology, how)
+
+    assert result["calls"] > 0
+    assert (result["wrong"], result["unauthorized"]) == (0, 0), result
