@@ -75,7 +75,7 @@ def test_collected_chains_verify_against_the_anchors_until_one_is_deleted_or_rol
 def test_redis_cut_off_or_stalled_fails_closed_only_the_calls_that_need_state(
     topology: Topology, how: str
 ) -> None:
-    regrant = topology.make_bundles(f"regrant-{how.split()[0]}", grant=True)
+    regrant = topology.make_bundles(f"regrant-{how.split(maxsplit=1)[0]}", grant=True)
     converge(topology, granted=True, since=topology.publish(regrant))
 
     result = scenario_redis(topology, how)
