@@ -8,7 +8,8 @@ parameter, ``GatedFsync`` for a file sink's ``sync_file`` and ``TornWrite`` for 
 ``OpaServer`` to run a real ``opa`` binary on loopback, ``BundleServer`` to serve bundles
 as OPA's bundle servers do, and ``RedisServer`` to run a real ``redis-server`` on loopback
 (killed, paused, restarted). ``JsonWork`` counts the strict JSON parses and canonical
-encodings a piece of code does.
+encodings a piece of code does. ``OtlpReceiver`` is a real OTLP/HTTP traces receiver on
+loopback that keeps the spans exported to it (``ReceivedSpan``).
 """
 
 from gateway.testing._bundle_server import BundleServer
@@ -19,6 +20,7 @@ from gateway.testing._gated import GatedEngine
 from gateway.testing._json_work import JsonWork
 from gateway.testing._live_server import LiveServer
 from gateway.testing._opa_server import OpaContainer, OpaServer, find_opa_binary
+from gateway.testing._otlp import OtlpReceiver, ReceivedSpan
 from gateway.testing._redis_server import RedisServer, find_redis_binary
 
 __all__ = [
@@ -31,6 +33,8 @@ __all__ = [
     "LiveServer",
     "OpaContainer",
     "OpaServer",
+    "OtlpReceiver",
+    "ReceivedSpan",
     "RecordingAuthorizer",
     "RecordingTool",
     "RedisServer",

@@ -1,7 +1,7 @@
 """Traces of proxied MCP calls, as a real OTLP/HTTP receiver on loopback records them.
 
 The gateway serves MCP over streamable HTTP with ``[telemetry]`` on, exporting to an
-:class:`~gateway.testing._otlp.OtlpReceiver`; a client sends one allowed and one denied
+:class:`~gateway.testing.OtlpReceiver`; a client sends one allowed and one denied
 ``tools/call`` to the upstream's ``read_file``, each with its own W3C ``traceparent`` in
 ``params._meta``. Each call is one trace under the caller's span: the MCP server span, the
 ``execute_tool`` span, the ``apply_guardrail`` decision span (allow / deny, decision id as
@@ -22,7 +22,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from gateway.mcp import McpService
 from gateway.server import load_config
-from gateway.testing._otlp import OtlpReceiver, ReceivedSpan
+from gateway.testing import OtlpReceiver, ReceivedSpan
 from tests.mcp.conftest import (
     ALLOWED_PATH,
     OTHER_TENANT_PATH,

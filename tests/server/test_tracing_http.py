@@ -15,8 +15,7 @@ from typing import Final
 import httpx
 
 from gateway.server import build_service, load_config
-from gateway.testing import OpaServer
-from gateway.testing._otlp import OtlpReceiver
+from gateway.testing import OpaServer, OtlpReceiver
 from tests.server.conftest import (
     ALICE,
     DECISION_LOGS,
