@@ -226,6 +226,9 @@ class McpFront:
         self._listing_extras = listing_extras
         self._authenticator = authenticator
         self._stdio_context = stdio_context
+        # The session of a client without HTTP sessions (stdio, in process): one per front,
+        # as one such front serves one client (gateway.state keys it by the caller too).
+        self._pipe_session = f"pipe-{uuid.uuid4().hex}"
         self._audit = audit
         self.server: Server[Any] = GatewayServer(
             name,
@@ -328,6 +331,16 @@ class McpFront:
             return caller if isinstance(caller, CallerContext) else EMPTY_CONTEXT
         return self._stdio_context or EMPTY_CONTEXT
 
+    def _session(self, ctx: ServerRequestContext[Any, Any]) -> str | None:
+        # The MCP session the transport names (Mcp-Session-Id, bound to its principal by
+        # the session table), never anything from the request's params.
+        request = ctx.request
+        if request is None:
+            return self._pipe_session
+        headers = getattr(request, "headers", None)
+        session = headers.get("mcp-session-id") if headers is not None else None
+        return session if isinstance(session, str) else None
+
     @staticmethod
     def _request_id(ctx: ServerRequestContext[Any, Any]) -> str | None:
         scope = getattr(ctx.request, "scope", None)
@@ -377,7 +390,9 @@ class McpFront:
                 transport="pipe" if request is None else "tcp",
             ),
         ):
-            result = await gateway.call(call, request_id=self._request_id(ctx))
+            result = await gateway.call(
+                call, request_id=self._request_id(ctx), session=self._session(ctx)
+            )
         return to_call_result(result)
 
     async def serve_stdio(self) -> None:
