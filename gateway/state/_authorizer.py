@@ -38,6 +38,7 @@ from gateway.state._store import (
     DEFAULT_WINDOWS,
     MAX_WINDOW_S,
     Reservation,
+    Reserved,
     Snapshot,
     StateQuery,
     StateStore,
@@ -288,43 +289,26 @@ class StatefulAuthorizer:
                 call does not have (no subject, tenant or session).
         """
         tool = authorization.definition.name
-        session_key, counters = counter_ids(current_caller(), _SESSION.get(), tool)
         settings = self._settings
         reads = settings.reads(tool)
+        prior: Decision | None = None
+        if not reads:
+            # A call that reads no state costs the store nothing unless its decision
+            # attaches labels or names quotas (the common case: one decision, no keys).
+            prior = read_answer(await self._inner.authorize(authorization))
+            if prior.allowed is not True or not (prior.labels or prior.quotas):
+                return prior
+        session_key, counters = counter_ids(current_caller(), _SESSION.get(), tool)
         refused: Decision | None = None
         for _attempt in range(settings.attempts):
             version: int | None = None
-            if reads:
-                snapshot = await self._store.read(
-                    StateQuery(session_key, counters, settings.windows)
-                )
-                if snapshot.session is not None:
-                    version = snapshot.session.version
-                with state_input(encode_state(state_document(snapshot))):
-                    answer = await self._inner.authorize(authorization)
+            if prior is not None:
+                decision, prior = prior, None
             else:
-                answer = await self._inner.authorize(authorization)
-            decision = read_answer(answer)
+                decision, version = await self._decide(authorization, reads, session_key, counters)
             if decision.allowed is not True or not (reads or decision.labels or decision.quotas):
                 return decision
-            for scope, window, _limit in decision.quotas:
-                if scope not in counters or window not in settings.windows:
-                    raise MalformedDecisionError(
-                        "decision.quotas names a scope this call lacks or a window not counted"
-                    )
-            reserved = await self._store.reserve(
-                Reservation(
-                    session=session_key,
-                    expected_version=version,
-                    tool=tool,
-                    labels=decision.labels,
-                    counters=counters,
-                    windows=settings.windows,
-                    limits=decision.quotas,
-                    history_max=settings.history_max,
-                    session_ttl_s=settings.session_ttl_s,
-                )
-            )
+            reserved = await self._reserve(decision, tool, session_key, counters, version)
             if reserved.status == "ok":
                 tracker = _TRACKER.get()
                 if tracker is not None and session_key is not None:
@@ -350,3 +334,49 @@ class StatefulAuthorizer:
         if refused is not None:
             return refused
         raise StateUnavailableError("the session changed under every attempt to decide")
+
+    async def _decide(
+        self,
+        authorization: Authorization,
+        reads: bool,
+        session_key: str | None,
+        counters: dict[str, str],
+    ) -> tuple[Decision, int | None]:
+        # The policy's decision, on input.state when the tool reads it, and the session
+        # version it saw (None: it saw none).
+        if not reads:
+            return read_answer(await self._inner.authorize(authorization)), None
+        snapshot = await self._store.read(StateQuery(session_key, counters, self._settings.windows))
+        version = snapshot.session.version if snapshot.session is not None else None
+        with state_input(encode_state(state_document(snapshot))):
+            answer = await self._inner.authorize(authorization)
+        return read_answer(answer), version
+
+    async def _reserve(
+        self,
+        decision: Decision,
+        tool: str,
+        session_key: str | None,
+        counters: dict[str, str],
+        version: int | None,
+    ) -> Reserved:
+        # The atomic check-and-write of an allowed call (its quotas must be countable).
+        settings = self._settings
+        for scope, window, _limit in decision.quotas:
+            if scope not in counters or window not in settings.windows:
+                raise MalformedDecisionError(
+                    "decision.quotas names a scope this call lacks or a window not counted"
+                )
+        return await self._store.reserve(
+            Reservation(
+                session=session_key,
+                expected_version=version,
+                tool=tool,
+                labels=decision.labels,
+                counters=counters,
+                windows=settings.windows,
+                limits=decision.quotas,
+                history_max=settings.history_max,
+                session_ttl_s=settings.session_ttl_s,
+            )
+        )
