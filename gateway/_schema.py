@@ -32,6 +32,7 @@ from jsonschema_specifications import REGISTRY as SPECIFICATIONS
 from referencing._core import Resolver
 
 from gateway import _formats, _json
+from gateway._ecma_re2 import UntranslatableError, compile_linear
 
 #: Largest accepted schema document, raw and normalized, in bytes (1 MiB, as the seed).
 MAX_SCHEMA_BYTES: Final = 1 << 20
@@ -86,7 +87,10 @@ def _multiple_of(validator: Any, divisor: Any, instance: Any, schema: Any) -> It
 
 
 def _matches(pattern: str, text: str) -> bool:
-    return _formats.ecma_regex(pattern).find(text) is not None
+    # RE2, in time linear in the text: a backtracking engine gives a caller who controls
+    # a 1 MiB argument quadratic or exponential time (see gateway._ecma_re2). Every pattern
+    # was translated when its schema was compiled.
+    return compile_linear(pattern).search(text) is not None
 
 
 def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[Any]:
@@ -476,6 +480,7 @@ def _check_document(
             continue
         seen.add(mark)
         _declare(contents, declared)
+        _check_patterns(contents)
         fmt = contents.get("format")
         if isinstance(fmt, str) and not (
             fmt in _formats.CHECKERS or fmt in _formats.INSTANCE_CHECKERS
@@ -494,6 +499,29 @@ def _check_document(
         for subresource in resource.subresources():
             stack.append((current.in_subresource(subresource), subresource))
     return frozenset(declared)
+
+
+def _check_patterns(contents: Mapping[str, Any]) -> None:
+    # Each pattern must have a meaning matched in linear time (no lookaround, no
+    # backreference); it is refused here, when the schema is compiled, not at a call.
+    patterns = [contents.get("pattern")]
+    properties = contents.get("patternProperties")
+    if isinstance(properties, Mapping):
+        patterns.extend(properties)
+    for pattern in patterns:
+        if not isinstance(pattern, str):
+            continue
+        try:
+            _formats.ecma_regex(pattern)
+        except ValueError:
+            continue  # the metaschema's own check (format: regex) names it
+        try:
+            compile_linear(pattern)
+        except UntranslatableError as exc:
+            raise SchemaError(
+                f"pattern {pattern!r} cannot be matched in linear time ({exc}); lookaround "
+                "and backreferences are not supported"
+            ) from None
 
 
 def _declare(contents: Mapping[str, Any], declared: set[str]) -> None:
