@@ -57,7 +57,9 @@ async def test_tools_list_passes_every_member_of_the_upstreams_tool_through(
     write_config: ConfigWriter, variant: Path
 ) -> None:
     variant.write_text("v2", encoding="utf-8")  # noqa: ASYNC240 - before anything runs
-    async with Client(_gateway(write_config()), cache=None, read_timeout_seconds=30) as client:
+    # A writer: the shipped policies show it read_file and write_file.
+    config = write_config(stdio_context=WRITER)
+    async with Client(_gateway(config), cache=None, read_timeout_seconds=30) as client:
         listed = {tool.name: tool for tool in (await client.list_tools()).tools}
 
     assert _wire(listed["read_file"]) == {
@@ -148,7 +150,9 @@ async def test_a_dotted_upstream_name_is_served_and_decided_under_its_exact_name
         names = sorted(tool.name for tool in (await client.list_tools()).tools)
         called = await client.call_tool("files.stat_v1.2", {})
 
-    assert names == ["files.stat_v1.2", "read_file", "write_file"]
+    # alice is shown what she may call; the unconfigured tool is not listed, yet a call of
+    # it is still decided, under its exact name.
+    assert names == ["read_file"]
     # The shipped policies do not configure the tool: the policy saw its exact name.
     assert called.is_error
     assert (called.meta or {}).get("gateway/code") == "denied"
