@@ -13,6 +13,7 @@ from gateway.approvals._gate import (
     AuditEvents,
     call_key,
 )
+from gateway.approvals._redis import RedisApprovalStore
 from gateway.approvals._store import (
     APPROVED,
     PENDING,
@@ -45,5 +46,6 @@ __all__ = [
     "AuditEvents",
     "FileApprovalStore",
     "MemoryApprovalStore",
+    "RedisApprovalStore",
     "call_key",
 ]

@@ -72,10 +72,10 @@ def check_workers(config: GatewayConfig) -> None:
             'server.workers: more than one worker needs state.backend = "redis" (state in '
             "memory is each process's own, so every worker would count its own quotas)"
         )
-    if config.approvals.enabled:
+    if config.approvals.enabled and config.approvals.backend != "redis":
         raise ConfigError(
-            "server.workers: more than one worker cannot serve [approvals] (its store is "
-            "one process's)"
+            "server.workers: more than one worker cannot serve [approvals] from a file (its "
+            'store is one process\'s): set approvals.backend = "redis"'
         )
 
 

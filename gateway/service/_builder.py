@@ -21,7 +21,14 @@ from opentelemetry.sdk.trace import TracerProvider
 from gateway._authorization import Authorizer
 from gateway._contract import Tool
 from gateway._registry import Registry
-from gateway.approvals import ApprovalDesk, ApprovalGate, AuditEvents, FileApprovalStore
+from gateway.approvals import (
+    ApprovalDesk,
+    ApprovalGate,
+    ApprovalStore,
+    AuditEvents,
+    FileApprovalStore,
+    RedisApprovalStore,
+)
 from gateway.audit import (
     DEFAULT_MASKED_KEYS,
     DEFAULT_NAME_PATTERNS,
@@ -291,8 +298,16 @@ def build_approvals(
         return None, None
     if trail is None:
         raise ConfigError("approvals: every approval step is audited; enable [audit]")
-    assert table.path is not None  # noqa: S101 - validated by the config
-    store = FileApprovalStore(table.path, clock=time.time)
+    store: ApprovalStore
+    if table.backend == "redis":
+        state = config.state
+        assert state.url is not None  # noqa: S101 - validated by the config
+        store = RedisApprovalStore.from_url(
+            state.url, prefix=state.key_prefix, timeout_s=state.timeout_s, clock=time.time
+        )
+    else:
+        assert table.path is not None  # noqa: S101 - validated by the config
+        store = FileApprovalStore(table.path, clock=time.time)
     events = AuditEvents(trail.sink, clock=time.time)
     gate = ApprovalGate(store, events=events, default_ttl_s=table.ttl_s)
     return gate, ApprovalDesk(store, events=events)

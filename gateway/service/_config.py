@@ -318,13 +318,19 @@ def _state(table: StateTable) -> StateTable:
     return dataclasses.replace(table, url=url, url_env=None)
 
 
-def _approvals(table: ApprovalsTable, base: Path) -> ApprovalsTable:
+def _approvals(table: ApprovalsTable, base: Path, state: StateTable) -> ApprovalsTable:
+    if table.backend not in ("file", "redis"):
+        raise ConfigError('approvals.backend: must be "file" or "redis"')
     if not table.enabled:
+        return table
+    if not 0 < table.ttl_s <= 7 * 86400:
+        raise ConfigError("approvals.ttl_s: must be positive and at most a week")
+    if table.backend == "redis":
+        if state.backend != "redis":
+            raise ConfigError('approvals.backend: "redis" uses the Redis of [state]; set it')
         return table
     if not table.path:
         raise ConfigError("approvals.path: required when approvals are enabled")
-    if not 0 < table.ttl_s <= 7 * 86400:
-        raise ConfigError("approvals.ttl_s: must be positive and at most a week")
     return dataclasses.replace(table, path=str(_path(base, table.path)))
 
 
@@ -878,7 +884,7 @@ def parse_config(
         log=file.log,
         authzen=file.authzen,
         telemetry=file.telemetry,
-        approvals=_approvals(file.approvals, base),
+        approvals=_approvals(file.approvals, base, file.state),
         state=_state(file.state),
         source=source,
     )

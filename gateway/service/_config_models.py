@@ -612,6 +612,11 @@ class ApprovalsTable:
     ttl_s: float = key(
         "How long an approval request stays open when the policy names no `ttl_s`.", 900.0
     )
+    backend: str = key(
+        "`file` (the approvals in `path`, one host) or `redis` (the Redis of `[state]`, "
+        'shared by every replica; needs `state.backend = "redis"`).',
+        "file",
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
