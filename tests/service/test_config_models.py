@@ -289,7 +289,10 @@ def _every_table(tmp_path: Path) -> Data:
         "algorithms": ["ES256"],
         "public_key_file": "k.pem",
         "issuer": "i",
-        "audience": "a",
+    }
+    data["auth"]["oauth"] = {
+        "resource": "https://gw.example.com/mcp",
+        "authorization_servers": ["https://as.example.com"],
     }
     data["server"] = {"port": 0}
     data["mcp"] = {
