@@ -172,6 +172,47 @@ def scenario_redis(topology: Topology, how: str) -> dict[str, Any]:
     }
 
 
+def _opa_decisions(replica: Replica) -> int:
+    # How many decisions the sidecar has been asked (its own Prometheus counter).
+    done = replica.host.run(
+        ["curl", "-s", "-m", "10", "http://127.0.0.1:8181/metrics"], capture_output=True, text=True
+    )
+    total = 0
+    for line in done.stdout.splitlines():
+        counted = line.startswith("http_request_duration_seconds_count")
+        if counted and 'handler="v1/data"' in line and 'method="post"' in line:
+            total += int(float(line.rsplit(" ", 1)[1]))
+    return total
+
+
+def scenario_sidecar_link(topology: Topology, calls: int = 30) -> dict[str, Any]:
+    """The link to the OPA sidecar made slow and lossy (a token bucket on its loopback).
+
+    Decisions that miss the deadline fail closed (503), and the gateway never asks again
+    for the same call (no retry storm): OPA is asked at most once per call.
+    """
+    replica = next(r for r in topology.replicas if r.engine == "opa")
+    before = _opa_decisions(replica)
+    replica.host.limit_loopback("8kbit")
+    statuses: dict[int, int] = {}
+    try:
+        for index in range(calls):
+            # Arguments of their own: every call is a decision, never a cache hit.
+            call = {"name": "search", "arguments": {"tenant": "acme", "query": f"q{index}"}}
+            status = topology.call(replica, f"slow-{index}", timeout_s=10, call=call)
+            statuses[status] = statuses.get(status, 0) + 1
+    finally:
+        replica.host.limit_loopback(None)
+    asked = _opa_decisions(replica) - before
+    return {
+        "what": "OPA sidecar link slow and lossy (tc tbf on the replica's loopback)",
+        "calls": calls,
+        "statuses": {str(k): v for k, v in sorted(statuses.items())},
+        "wrong": sum(v for k, v in statuses.items() if k not in (ALLOWED, 503)),
+        "opa_asked": asked,
+    }
+
+
 def converge_call(topology: Topology) -> float:
     """Seconds until every replica runs a call that needs state again."""
     since = time.monotonic()
@@ -378,6 +419,7 @@ def run_all(repeats: int, seconds: int, log: Callable[[str], None]) -> dict[str,
         faults.append(scenario_kill(topology, topology.replicas[0], granted))
         faults.append(scenario_redis(topology, "link down"))
         faults.append(scenario_redis(topology, "stalled (SIGSTOP)"))
+        faults.append(scenario_sidecar_link(topology))
         results["faults"] = faults
         log("audit")
         results["audit"] = scenario_collected_trails(topology)
@@ -461,6 +503,12 @@ def markdown(results: dict[str, Any]) -> str:
                 f"as run) | {fault['missing_from_trail']} missing from the trail; trail "
                 f"verifies after restart: {fault['trail_verifies_after_restart']} |"
             )
+        elif "opa_asked" in fault:
+            seen = ", ".join(f"{n} x {code}" for code, n in fault["statuses"].items())
+            lines.append(
+                f"| {fault['what']} | {fault['calls']} | {fault['wrong']} wrong ({seen}); "
+                f"OPA asked {fault['opa_asked']} times for {fault['calls']} calls |"
+            )
         elif "back_s" in fault:
             lines.append(
                 f"| {fault['what']} | {fault['calls']} | {fault['wrong']} wrong, "
@@ -495,8 +543,10 @@ def markdown(results: dict[str, Any]) -> str:
         "cores, so throughput shows how the replicas share one machine, not how separate",
         "machines would scale.",
         "",
-        "Not run here: packet loss and added latency (`tc netem`): this kernel has no netem",
-        "queueing discipline (`Specified qdisc kind is unknown`); links are taken down instead.",
+        "Not run here: `tc netem` (packet loss, fixed latency): this kernel has no netem",
+        "queueing discipline (`Specified qdisc kind is unknown`). Links are taken down instead,",
+        "and the sidecar link is slowed by a token bucket (`tc tbf`) whose queue delays and",
+        "drops what exceeds it.",
         "",
     ]
     return "\n".join(lines)

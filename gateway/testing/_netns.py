@@ -96,6 +96,25 @@ class Host:
                 self.namespace,
             )  # fmt: skip
 
+    def limit_loopback(self, rate: str | None) -> None:
+        """Slow this host's own loopback (``tc tbf``); ``None`` lifts it.
+
+        A sidecar's link is then slow and lossy: the bucket's queue delays what exceeds the
+        rate and drops what overflows it.
+        """
+        subprocess.run(
+            ["ip", "netns", "exec", self.namespace, "tc", "qdisc", "del", "dev", "lo", "root"],
+            capture_output=True,
+            timeout=_TIMEOUT_S,
+            check=False,
+        )
+        if rate is not None:
+            _run(
+                ["tc", "qdisc", "add", "dev", "lo", "root", "tbf", "rate", rate,
+                 "burst", "1600", "limit", "3000"],
+                self.namespace,
+            )  # fmt: skip
+
     def stop_processes(self) -> None:
         """Terminate (then kill) every process started here."""
         for process in self._processes:
