@@ -55,12 +55,17 @@ bundle:
 
 # scripts/provision-redis installs Debian's redis-server for the Redis state backend's tests, and
 # scripts/provision-mcp the real MCP clients and servers of tests/mcp/real (pinned by
-# tests/mcp/real/package-lock.json and requirements.lock); either fails the run if it cannot.
+# tests/mcp/real/package-lock.json and requirements.lock); scripts/provision-chromium and
+# scripts/provision-playwright the browser and its driver of tests/console/ (Debian's Chromium,
+# playwright-core from npm); each fails the run if it cannot.
 test: $(STAMP)
 	OPA_BIN="$$(scripts/provision-opa)" && export OPA_BIN && \
 	REDIS_BIN="$$(scripts/provision-redis)" && export REDIS_BIN && \
 	WRK_BIN="$$(scripts/provision-wrk)" && export WRK_BIN && \
-	MCP_PEERS="$$(scripts/provision-mcp)" && export MCP_PEERS && $(BIN)/python -m pytest
+	MCP_PEERS="$$(scripts/provision-mcp)" && export MCP_PEERS && \
+	CHROMIUM_BIN="$$(scripts/provision-chromium)" && export CHROMIUM_BIN && \
+	PLAYWRIGHT_CORE="$$(scripts/provision-playwright)" && export PLAYWRIGHT_CORE && \
+	$(BIN)/python -m pytest
 
 # The fast unit suite: no opa, no child process, no live server (tests/conftest.py marks the
 # rest "integration", load tests "slow", and fails a fast test that starts a process or binds a
