@@ -47,6 +47,7 @@ from gateway.service._config_models import (
     CacheTable,
     ConfigError,
     ConfigFile,
+    ConsoleTable,
     EngineTable,
     JwtTable,
     LogTable,
@@ -290,6 +291,8 @@ class GatewayConfig:
     approvals: ApprovalsTable = field(default_factory=ApprovalsTable)
     #: ``[state]``: the session and quota state (its Redis URL resolved from the env).
     state: StateTable = field(default_factory=StateTable)
+    #: ``[console]``: the operator console (its replay report folder resolved).
+    console: ConsoleTable = field(default_factory=ConsoleTable)
     source: Path | None = None
 
 
@@ -338,6 +341,40 @@ def _approvals(table: ApprovalsTable, base: Path, state: StateTable) -> Approval
     if not table.path:
         raise ConfigError("approvals.path: required when approvals are enabled")
     return dataclasses.replace(table, path=str(_path(base, table.path)))
+
+
+_CONSOLE_PATH: Final = re.compile(r"/[a-z0-9][a-z0-9_-]{0,63}")
+#: Paths of the HTTP service the console's may not shadow.
+_SERVICE_PATHS: Final = frozenset({"/v1", "/healthz", "/readyz", "/metrics", "/access", "/mcp"})
+
+
+def _console(table: ConsoleTable, base: Path, workers: int) -> ConsoleTable:
+    if not table.enabled:
+        return table
+    if not _CONSOLE_PATH.fullmatch(table.path) or table.path in _SERVICE_PATHS:
+        raise ConfigError(
+            "console.path: must be one lowercase path segment (`/console`) the service does not use"
+        )
+    if not (table.approvers or table.approver_roles or table.auditors or table.auditor_roles):
+        raise ConfigError("console: name approvers or auditors (by subject or role)")
+    for name in ("approvers", "approver_roles", "auditors", "auditor_roles"):
+        if any(not entry for entry in getattr(table, name)):
+            raise ConfigError(f"console.{name}: an entry is empty")
+    if not (math.isfinite(table.idle_timeout_s) and 0 < table.idle_timeout_s <= 86400):
+        raise ConfigError("console.idle_timeout_s: must be positive and at most a day")
+    if not (
+        math.isfinite(table.max_age_s) and table.idle_timeout_s <= table.max_age_s <= 7 * 86400
+    ):
+        raise ConfigError("console.max_age_s: must be at least idle_timeout_s and at most a week")
+    if not 1 <= table.max_sessions <= 100_000:
+        raise ConfigError("console.max_sessions: must be 1-100000")
+    if not 1 <= table.trail_records <= 1_000_000:
+        raise ConfigError("console.trail_records: must be 1-1000000")
+    if workers != 1:
+        # Console sessions live in the serving process: another worker would not know them.
+        raise ConfigError("console: needs server.workers = 1 (its sessions are one process's)")
+    reports = _path(base, table.replay_reports)
+    return dataclasses.replace(table, replay_reports=None if reports is None else str(reports))
 
 
 def _path(base: Path, value: str | None) -> Path | None:
@@ -892,6 +929,7 @@ def parse_config(
         telemetry=file.telemetry,
         approvals=_approvals(file.approvals, base, file.state),
         state=_state(file.state),
+        console=_console(file.console, base, file.server.workers),
         source=source,
     )
     check_listener(config, config.server.host)

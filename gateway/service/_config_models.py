@@ -620,6 +620,44 @@ class ApprovalsTable:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ConsoleTable:
+    """``[console]``: the operator console, web pages for approvers and auditors."""
+
+    enabled: bool = key("Whether `gateway serve` serves the console (at `path`).", default=False)
+    path: str = key("Where the console is served (`/console`: one path segment).", "/console")
+    approvers: tuple[str, ...] = key(
+        "Caller subjects who may approve and reject (and read everything an auditor reads).",
+        (),
+    )
+    approver_roles: tuple[str, ...] = key(
+        "Caller roles (the context's `roles`: an API key's context, a token's roles claim) "
+        "whose holders are approvers.",
+        (),
+    )
+    auditors: tuple[str, ...] = key(
+        "Caller subjects who may read approvals, decisions and replay results, never decide.",
+        (),
+    )
+    auditor_roles: tuple[str, ...] = key("Caller roles whose holders are auditors.", ())
+    idle_timeout_s: float = key("A console session ends after this long unused.", 900.0)
+    max_age_s: float = key(
+        "A console session ends this long after sign-in, used or not (and a bearer "
+        "token's session when the token expires).",
+        28800.0,
+    )
+    max_sessions: int = key(
+        "The most console sessions at once; the oldest ends when one more signs in.", 1000
+    )
+    trail_records: int = key(
+        "How many of the trail's most recent records the decision views read.", 5000
+    )
+    replay_reports: str | None = key(
+        "A folder of `gateway replay --json` reports the replay view shows.",
+        shown="none",
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AuthzenTable:
     """``[authzen]``: the OpenID AuthZEN Authorization API 1.0 on the same policies."""
 
@@ -709,4 +747,5 @@ class ConfigFile:
     authzen: AuthzenTable = key("The AuthZEN decision API.", factory=AuthzenTable)
     telemetry: TelemetryTable = key("OpenTelemetry traces.", factory=TelemetryTable)
     approvals: ApprovalsTable = key("Approvals.", factory=ApprovalsTable)
+    console: ConsoleTable = key("The operator console.", factory=ConsoleTable)
     state: StateTable = key("Session and quota state.", factory=StateTable)

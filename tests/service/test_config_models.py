@@ -307,6 +307,7 @@ def _every_table(tmp_path: Path) -> Data:
     data["state"] = {"backend": "redis", "url": "redis://127.0.0.1:6379/0", "windows_s": [60]}
     data["authzen"] = {"enabled": True, "trusted_peps": ["pep"]}
     data["telemetry"] = {"enabled": True, "headers": {"x-key": "k"}}
+    data["console"] = {"enabled": False, "approvers": ["treasurer"]}
     return data
 
 
