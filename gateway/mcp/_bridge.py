@@ -11,7 +11,11 @@
 - ``logging/setLevel``: remembered per client connection and forwarded to the upstreams that
   log (before 2026-07-28; since then the level travels with each request); upstream log
   messages reach only the client request they belong to (see :mod:`gateway.mcp._relay`).
-- progress, sampling, elicitation and roots are relayed per request (:class:`Relay`).
+- progress, sampling, elicitation and roots are relayed per request (:class:`Relay`). A client
+  of a handshake revision is asked on its request's stream; a 2026-07-28 client is asked
+  through multi round-trip requests (:class:`InputRounds`): its request is answered with an
+  ``InputRequiredResult`` carrying the upstream's requests, the client retries it with the
+  answers, and the upstream's call goes on.
 - resources and prompts of the upstreams (:mod:`gateway.mcp._catalog`): listing passes the
   upstreams' lists through; every read, subscription and prompt is decided by the policy
   through the call pipeline, and a refused one never reaches the upstream. A refusal is a
@@ -24,12 +28,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
+import secrets
+import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterator
-from typing import Any, Final
+from collections.abc import Callable, Coroutine, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, TypeVar
 
 import mcp_types as types
 from mcp import MCPError
@@ -46,6 +54,7 @@ from mcp.server.subscriptions import (
 )
 from mcp.shared.message import ServerMessageMetadata
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
 
 from gateway import _json
 from gateway._call import ToolCall
@@ -55,7 +64,7 @@ from gateway.mcp._content import ActionOutput, public_text
 from gateway.mcp._relay import DOWNSTREAM, LEVELS, InputRequest
 from gateway.mcp._upstream import Notice, Upstream, UpstreamSet
 from gateway.policy import CallerContext, caller_context
-from gateway.service import CallResult, Gateway, request_id_in
+from gateway.service import PRINCIPAL_SCOPE_KEY, CallResult, Gateway, request_id_in
 
 _LOG: Final = logging.getLogger("gateway.mcp")
 #: The JSON-RPC error code of a resource or prompt request the gateway refused.
@@ -64,6 +73,17 @@ _LOG_LEVEL_META: Final = "io.modelcontextprotocol/logLevel"
 _NOT_FOUND_LEGACY: Final = -32002
 #: The most ``subscriptions/listen`` streams open at once (further requests are refused).
 MAX_LISTEN_STREAMS: Final = 256
+#: The most ``InputRequiredResult`` rounds one request of a 2026-07-28 client gets; further
+#: upstream requests of that call are refused to the upstream.
+MAX_INPUT_ROUNDS: Final = 16
+#: How long a call waits for its client's retry with the inputs asked, in seconds.
+INPUT_ROUND_TIMEOUT_S: Final = 300.0
+#: The most calls waiting for their clients' inputs at once, in all and per principal.
+MAX_WAITING_CALLS: Final = 256
+MAX_WAITING_PER_PRINCIPAL: Final = 16
+_INVALID_STATE: Final = "Invalid or expired requestState"
+_R = TypeVar("_R")
+_Answer = types.CreateMessageResult | types.ElicitResult | types.ListRootsResult | types.ErrorData
 
 
 #: Every revision the gateway serves, newest first: per request (2026-07-28) and through the
@@ -153,9 +173,7 @@ class Relay:
                 related_request_id=self._ctx.request_id,
             )
 
-    async def ask(
-        self, request: InputRequest
-    ) -> types.CreateMessageResult | types.ElicitResult | types.ListRootsResult | types.ErrorData:
+    async def ask(self, request: InputRequest) -> _Answer:
         """Relay the upstream's request to this client when it offered the capability."""
         session = self._ctx.session
         result_type: Any
@@ -192,6 +210,10 @@ class Relay:
             return types.ErrorData(
                 code=types.METHOD_NOT_FOUND, message="the client does not offer this capability"
             )
+        return await self._send(request, result_type)
+
+    async def _send(self, request: InputRequest, result_type: Any) -> _Answer:
+        session = self._ctx.session
         if not session.can_send_request:
             return types.ErrorData(
                 code=types.INVALID_REQUEST, message="the client cannot be asked on this request"
@@ -213,6 +235,315 @@ class Relay:
         ):
             return answer
         return types.ErrorData(code=types.INTERNAL_ERROR, message="the client did not answer")
+
+
+@dataclass(eq=False, slots=True)
+class _Question:
+    """One upstream request waiting for the client's answer."""
+
+    request: InputRequest
+    result_type: Any
+    future: asyncio.Future[_Answer]
+
+
+@dataclass(eq=False, slots=True)
+class _WaitingCall:
+    """A request of a 2026-07-28 client whose upstream call waits for the client's inputs.
+
+    ``binding`` is what a retry must match: the method, the principal (and the transport's
+    session), the target (tool, resource or prompt) and a digest of the arguments.
+    """
+
+    binding: tuple[str, str, str, str]
+    relay: _RoundRelay
+    task: asyncio.Task[Any] | None = None
+    questions: dict[str, _Question] = field(default_factory=dict)
+    asked: asyncio.Event = field(default_factory=asyncio.Event)
+    rounds: int = 0
+    serial: int = 0
+    expires: float = 0.0
+    expiry: asyncio.TimerHandle | None = None
+
+    async def ask(self, request: InputRequest, result_type: Any) -> _Answer:
+        """Hold the upstream's request until the client's retry answers it."""
+        self.serial += 1
+        key = f"{request.method.replace('/', '-')}-{self.serial}"
+        question = _Question(request, result_type, asyncio.get_running_loop().create_future())
+        self.questions[key] = question
+        self.asked.set()
+        try:
+            return await question.future
+        finally:
+            self.questions.pop(key, None)
+
+    def refuse_all(self, message: str) -> None:
+        """Answer every open question with an error (the upstream is refused)."""
+        for question in self.questions.values():
+            if not question.future.done():
+                question.future.set_result(
+                    types.ErrorData(code=types.INVALID_REQUEST, message=message)
+                )
+
+
+class _RoundRelay(Relay):
+    """The way back to a 2026-07-28 client request, across its rounds.
+
+    An upstream's request is put in the next ``InputRequiredResult`` (after the same
+    capability check as on a handshake revision, against the capabilities of the round
+    being served); progress and log messages go to the round being served, and are dropped
+    while the call waits for the client's retry.
+    """
+
+    def __init__(self, ctx: ServerRequestContext[Any, Any], log_level: str | None) -> None:
+        super().__init__(ctx, log_level)
+        self.call: _WaitingCall | None = None
+        self.serving = True
+
+    def serve(self, ctx: ServerRequestContext[Any, Any]) -> None:
+        """Serve this round (a retry of the original request) from now on."""
+        self._ctx = ctx
+        self.serving = True
+
+    async def progress(self, progress: float, total: float | None, message: str | None) -> None:
+        if self.serving:
+            await super().progress(progress, total, message)
+
+    async def log(self, params: types.LoggingMessageNotificationParams) -> None:
+        if self.serving:
+            await super().log(params)
+
+    async def _send(self, request: InputRequest, result_type: Any) -> _Answer:
+        if self.call is None:
+            return types.ErrorData(
+                code=types.INVALID_REQUEST, message="the client cannot be asked on this request"
+            )
+        return await self.call.ask(request, result_type)
+
+
+class InputRounds:
+    """Multi round-trip requests (2026-07-28) bridging an upstream's requests to its client.
+
+    While a 2026-07-28 client's ``tools/call``, ``resources/read`` or ``prompts/get`` is
+    forwarded, an upstream's ``sampling/createMessage``, ``elicitation/create`` or
+    ``roots/list`` (a request on a handshake revision, or an ``InputRequiredResult`` of a
+    2026-07-28 upstream, which the SDK's client turns into the same callbacks) becomes an
+    entry of an ``InputRequiredResult`` answered to the client, with a ``requestState`` naming
+    the waiting call. The client's retry (the same request, ``inputResponses`` keyed like
+    ``inputRequests``, the ``requestState`` echoed) answers the upstream, and the upstream's
+    call goes on: to its result, or to another round.
+
+    The call was admitted, decided and audited once, when it arrived; a retry is that call's
+    continuation, never a new decision. So a ``requestState`` is honoured only for the
+    request it was issued for: it is a random handle to state the gateway keeps (nothing the
+    client holds is trusted), used once (every round issues a new one), valid for
+    :data:`INPUT_ROUND_TIMEOUT_S`, and only on a retry by the same principal (and transport
+    session) of the same method, target and arguments. Anything else is refused with
+    -32602 "Invalid or expired requestState", the waiting call untouched. A call not retried
+    in time is cancelled (the upstream is told). The rounds of one request are bounded
+    (:data:`MAX_INPUT_ROUNDS`), as are the calls waiting at once (:data:`MAX_WAITING_CALLS`,
+    :data:`MAX_WAITING_PER_PRINCIPAL`): past a bound, the upstream's request is refused
+    to the upstream (-32600) and its call goes on without the answer. An answer that is not
+    the requested result's shape is refused (-32602) and the state stays valid; an answer
+    missing is asked again in the next round.
+
+    Args:
+        clock: a monotonic clock (expiry).
+        timeout_s: how long a call waits for its client's retry.
+    """
+
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        timeout_s: float = INPUT_ROUND_TIMEOUT_S,
+    ) -> None:
+        self._clock = clock
+        self._timeout_s = timeout_s
+        self._waiting: dict[str, _WaitingCall] = {}
+
+    @property
+    def waiting(self) -> int:
+        """How many calls wait for their clients' inputs now."""
+        return len(self._waiting)
+
+    @staticmethod
+    def binding(
+        ctx: ServerRequestContext[Any, Any], target: str, arguments: bytes
+    ) -> tuple[str, str, str, str]:
+        """What a retry must match: method, principal and session, target, arguments."""
+        request = ctx.request
+        if request is None:
+            principal = "pipe"  # the one client of a stdio or in-process front
+        else:
+            scope = getattr(request, "scope", None)
+            found = scope.get(PRINCIPAL_SCOPE_KEY) if isinstance(scope, Mapping) else None
+            headers = getattr(request, "headers", None)
+            session = headers.get("mcp-session-id") if headers is not None else None
+            # No principal (not reachable behind the authenticating layer): a key no retry
+            # can present, so nothing carries over.
+            principal = (
+                json.dumps([found, session]) if isinstance(found, str) else secrets.token_hex(16)
+            )
+        try:
+            canonical = _json.canonical(json.loads(arguments))
+        except (ValueError, UnicodeError, RecursionError, _json.StrictJSONError):
+            canonical = arguments
+        digest = hashlib.sha256(canonical).hexdigest()
+        return (ctx.method, principal, target, digest)
+
+    async def run(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        relay: _RoundRelay,
+        start: Callable[[], Coroutine[Any, Any, _R]],
+        binding: tuple[str, str, str, str],
+    ) -> _R | types.InputRequiredResult:
+        """Serve the first round of a request: start its call and answer a result or a round."""
+        call = _WaitingCall(binding, relay)
+        relay.call = call
+        token = DOWNSTREAM.set(relay)
+        try:
+            call.task = asyncio.get_running_loop().create_task(start())
+        finally:
+            DOWNSTREAM.reset(token)
+        result: _R | types.InputRequiredResult = await self._step(call)
+        return result
+
+    async def resume(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        binding: tuple[str, str, str, str],
+        state: str,
+        responses: Mapping[str, Any] | None,
+    ) -> Any:
+        """Serve a retry: answer the waiting call's questions and go on with it.
+
+        Raises:
+            MCPError: -32602 for a state that is unknown, expired, not this request's, or
+                answers that are not the requested results' shape.
+        """
+        call = self._waiting.get(state)
+        if call is not None and self._clock() >= call.expires:
+            self._expire(state)
+            call = None
+        if call is None or not secrets.compare_digest(
+            json.dumps(call.binding), json.dumps(binding)
+        ):
+            _LOG.warning(
+                "MCP %s: a requestState was refused (unknown, expired or not its request)",
+                ctx.method,
+            )
+            raise MCPError(
+                code=types.INVALID_PARAMS,
+                message=_INVALID_STATE,
+                data={"reason": "invalid_request_state"},
+            )
+        answers: dict[str, _Answer] = {}
+        for key, question in call.questions.items():
+            if question.future.done() or responses is None or key not in responses:
+                continue
+            answer = responses[key]
+            dumped = (
+                answer.model_dump(mode="json", by_alias=True, exclude_unset=True)
+                if hasattr(answer, "model_dump")
+                else answer
+            )
+            try:
+                answers[key] = question.result_type.model_validate(dumped, by_name=False)
+            except ValidationError:
+                raise MCPError(
+                    code=types.INVALID_PARAMS, message="inputResponses: an answer is not valid"
+                ) from None
+        del self._waiting[state]
+        if call.expiry is not None:
+            call.expiry.cancel()
+            call.expiry = None
+        for key, answer in answers.items():
+            call.questions[key].future.set_result(answer)
+        if any(not question.future.done() for question in call.questions.values()):
+            call.asked.set()  # what was not answered is asked again
+        call.relay.serve(ctx)
+        return await self._step(call)
+
+    async def _step(self, call: _WaitingCall) -> Any:
+        task = call.task
+        assert task is not None  # noqa: S101 - started by run
+        try:
+            while True:
+                asked = asyncio.ensure_future(call.asked.wait())
+                try:
+                    await asyncio.wait({task, asked}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    asked.cancel()
+                if task.done():
+                    return task.result()
+                call.asked.clear()
+                open_questions = {
+                    key: question
+                    for key, question in call.questions.items()
+                    if not question.future.done()
+                }
+                if not open_questions:
+                    continue
+                refusal = self._refusal(call)
+                if refusal is not None:
+                    _LOG.info(
+                        "MCP %s: an upstream request was refused: %s", call.binding[0], refusal
+                    )
+                    call.refuse_all(refusal)
+                    continue
+                return self._park(call, open_questions)
+        except asyncio.CancelledError:
+            # The client gave up on this round (cancelled, disconnected): so does the call.
+            if call.task is not None and not self._is_waiting(call):
+                call.task.cancel()
+            raise
+
+    def _is_waiting(self, call: _WaitingCall) -> bool:
+        return any(waiting is call for waiting in self._waiting.values())
+
+    def _refusal(self, call: _WaitingCall) -> str | None:
+        if call.rounds >= MAX_INPUT_ROUNDS:
+            return "too many rounds of input for one request"
+        if len(self._waiting) >= MAX_WAITING_CALLS:
+            return "too many requests wait for their clients' input"
+        principal = call.binding[1]
+        held = sum(1 for waiting in self._waiting.values() if waiting.binding[1] == principal)
+        if held >= MAX_WAITING_PER_PRINCIPAL:
+            return "too many requests of this caller wait for its input"
+        return None
+
+    def _park(
+        self, call: _WaitingCall, questions: dict[str, _Question]
+    ) -> types.InputRequiredResult:
+        state = secrets.token_urlsafe(32)
+        call.rounds += 1
+        call.expires = self._clock() + self._timeout_s
+        call.relay.serving = False
+        self._waiting[state] = call
+        call.expiry = asyncio.get_running_loop().call_later(self._timeout_s, self._expire, state)
+        return types.InputRequiredResult(
+            input_requests={key: question.request for key, question in questions.items()},
+            request_state=state,
+        )
+
+    def _expire(self, state: str) -> None:
+        call = self._waiting.pop(state, None)
+        if call is None:
+            return
+        if call.expiry is not None:
+            call.expiry.cancel()
+        _LOG.info(
+            "MCP %s: a call waiting for its client's input expired; cancelled", call.binding[0]
+        )
+        call.refuse_all("the client did not answer in time")
+        if call.task is not None:
+            call.task.cancel()
+
+    def close(self) -> None:
+        """Cancel every waiting call."""
+        for state in list(self._waiting):
+            self._expire(state)
 
 
 class _Tracker:
@@ -274,6 +605,7 @@ class Bridge:
         *,
         audit: AuditTrail | None,
         upstreams: UpstreamSet | None,
+        rounds: InputRounds | None = None,
     ) -> None:
         self._gateway = gateway
         self._caller = caller
@@ -287,6 +619,8 @@ class Bridge:
         # The 2026-07-28 clients' listen streams (every list change is published here too).
         self._bus = InMemorySubscriptionBus()
         self._listen = ListenHandler(self._bus, max_subscriptions=MAX_LISTEN_STREAMS)
+        #: The calls of 2026-07-28 clients waiting for their clients' inputs.
+        self.rounds = rounds if rounds is not None else InputRounds()
         if upstreams is not None:
             upstreams.on_notice(self._on_notice)
 
@@ -335,6 +669,34 @@ class Bridge:
             yield
         finally:
             DOWNSTREAM.reset(token)
+
+    async def serve(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        start: Callable[[], Coroutine[Any, Any, _R]],
+        *,
+        target: str,
+        arguments: bytes,
+        params: types.InputResponseRequestParams,
+    ) -> _R | types.InputRequiredResult:
+        """Serve a request that upstreams may ask the client about (see :class:`InputRounds`).
+
+        ``start`` runs the request (its call through the gateway); on a handshake revision it
+        runs with this request as the way back. A 2026-07-28 request starts it (or, carrying a
+        ``requestState``, goes on with the call it names) and gets its result or an
+        ``InputRequiredResult``.
+        """
+        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            with self.relay(ctx):
+                return await start()
+        binding = InputRounds.binding(ctx, target, arguments)
+        if params.request_state is not None:
+            resumed: _R | types.InputRequiredResult = await self.rounds.resume(
+                ctx, binding, params.request_state, params.input_responses
+            )
+            return resumed
+        relay = _RoundRelay(ctx, self._level_for(ctx))
+        return await self.rounds.run(ctx, relay, start, binding)
 
     async def _set_level(
         self, ctx: ServerRequestContext[Any, Any], params: types.SetLevelRequestParams

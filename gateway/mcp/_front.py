@@ -372,28 +372,34 @@ class McpFront:
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
+    ) -> types.CallToolResult | types.InputRequiredResult:
         self.check_revision()
         arguments = self._arguments(ctx, params)
-        call = ToolCall(f"mcp-{uuid.uuid4().hex}", params.name, arguments)
-        gateway = self._gateway
-        request = ctx.request
-        with (
-            caller_context(self._caller(ctx)),
-            self._bridge.relay(ctx),
-            mcp_server_span(  # nothing unless the service traces ([telemetry])
-                active_tracer(),
-                tool=params.name[:128],
-                request_id=ctx.request_id,
-                meta=params.meta if isinstance(params.meta, Mapping) else None,
-                headers=getattr(request, "headers", None),
-                transport="pipe" if request is None else "tcp",
-            ),
-        ):
-            result = await gateway.call(
-                call, request_id=self._request_id(ctx), session=self._session(ctx)
-            )
-        return to_call_result(result)
+
+        async def start() -> types.CallToolResult:
+            call = ToolCall(f"mcp-{uuid.uuid4().hex}", params.name, arguments)
+            gateway = self._gateway
+            request = ctx.request
+            with (
+                caller_context(self._caller(ctx)),
+                mcp_server_span(  # nothing unless the service traces ([telemetry])
+                    active_tracer(),
+                    tool=params.name[:128],
+                    request_id=ctx.request_id,
+                    meta=params.meta if isinstance(params.meta, Mapping) else None,
+                    headers=getattr(request, "headers", None),
+                    transport="pipe" if request is None else "tcp",
+                ),
+            ):
+                result = await gateway.call(
+                    call, request_id=self._request_id(ctx), session=self._session(ctx)
+                )
+            return to_call_result(result)
+
+        # Upstreams may ask the client on the way (a 2026-07-28 client: in rounds).
+        return await self._bridge.serve(
+            ctx, start, target=params.name, arguments=arguments, params=params
+        )
 
     async def serve_stdio(self) -> None:
         """Serve over this process's stdin and stdout until stdin closes.

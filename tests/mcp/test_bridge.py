@@ -259,11 +259,12 @@ async def test_sampling_elicitation_and_roots_are_asked_of_the_calling_client(
 
 
 @ERAS
-async def test_a_2026_07_28_client_is_not_asked_an_upstreams_request_and_the_upstream_is_refused(
+async def test_a_2026_07_28_client_is_asked_an_upstreams_requests_in_rounds_and_the_call_completes(
     write_config: ConfigWriter, relay: None, allow_all: Path, era: str
 ) -> None:
-    # No InputRequiredResult bridge: a 2026-07-28 request cannot carry a request back to
-    # its client, so the upstream gets the gateway's refusal and the call goes on.
+    # Multi round-trip requests: the upstream's request (a server-to-client request of a
+    # 2025-11-25 upstream, an InputRequiredResult of a 2026-07-28 one) becomes the
+    # InputRequiredResult the SDK client answers by retrying; the upstream gets its answer.
     config = write_config(
         stdio_context=None, era=era, policies=allow_all, decision_path="relay/decision"
     )
@@ -286,15 +287,23 @@ async def test_a_2026_07_28_client_is_not_asked_an_upstreams_request_and_the_ups
         ) as client,
     ):
         assert client.protocol_version == "2026-07-28"
-        results = [await client.call_tool(name, {}) for name in ("ask_llm", "confirm", "roots")]
+        sampled, confirmed, rooted = [
+            await client.call_tool(name, {}) for name in ("ask_llm", "confirm", "roots")
+        ]
 
-    assert asked.items == []
-    assert all(result.is_error for result in results)
-    texts = {_text(result) for result in results}
-    if era == "legacy":
-        assert texts == {f"{name} refused: -32600" for name in ("ask_llm", "confirm", "roots")}
-    else:
-        assert texts == {"the client cannot be asked on this request"}
+    assert len(asked.items) == 1
+    assert not sampled.is_error, _text(sampled)
+    assert json.loads(_text(sampled).removeprefix("ask_llm answered: "))["content"] == {
+        "type": "text",
+        "text": "hi from the model",
+    }
+    assert json.loads(_text(confirmed).removeprefix("confirm answered: ")) == {
+        "action": "accept",
+        "content": {"ok": True},
+    }
+    assert json.loads(_text(rooted).removeprefix("roots answered: "))["roots"] == [
+        {"uri": "file:///srv/tenants/acme/", "name": "acme"}
+    ]
 
 
 @ERAS
