@@ -782,20 +782,30 @@ class Bridge:
         return self._actions[1]
 
     async def _act(
-        self, ctx: ServerRequestContext[Any, Any], name: str, arguments: dict[str, Any]
-    ) -> ActionOutput:
-        try:
-            raw = _json.canonical(arguments)
-        except (_json.StrictJSONError, UnicodeError, RecursionError):
-            raw = json.dumps(arguments, ensure_ascii=True, default=repr).encode()
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        name: str,
+        arguments: dict[str, Any],
+        params: types.InputResponseRequestParams,
+    ) -> bytes | types.InputRequiredResult:
+        """Decide and forward an action; the upstream's result (JSON) or a round of input."""
+        raw = _action_bytes(arguments)
+
+        async def start() -> bytes:
+            return await self._decide(ctx, name, raw)
+
+        target = str(arguments.get("uri", arguments.get("prompt", "")))
+        return await self.serve(ctx, start, target=target, arguments=raw, params=params)
+
+    async def _decide(self, ctx: ServerRequestContext[Any, Any], name: str, raw: bytes) -> bytes:
         call = ToolCall(f"mcp-{uuid.uuid4().hex}", name, raw)
         scope = getattr(ctx.request, "scope", None)
         request_id = request_id_in(scope) if isinstance(scope, dict) else None
-        with caller_context(self._caller(ctx)), self.relay(ctx):
+        with caller_context(self._caller(ctx)):
             result = await self._action_gateway().call(call, request_id=request_id)
         output = result.output
         if result.ok and isinstance(output, ActionOutput) and output.result is not None:
-            return output
+            return output.result
         if isinstance(output, ActionOutput) and output.rpc_code is not None:
             raise MCPError(
                 code=output.rpc_code,
@@ -833,7 +843,7 @@ class Bridge:
 
     async def _read(
         self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
-    ) -> types.ReadResourceResult:
+    ) -> types.ReadResourceResult | types.InputRequiredResult:
         owner = self._owner(ctx, params.uri)
         arguments = {
             "action": "resources/read",
@@ -841,9 +851,10 @@ class Bridge:
             "server": owner.name,
             "uri": params.uri,
         }
-        output = await self._act(ctx, READ, arguments)
-        assert output.result is not None  # noqa: S101 - _act returns results only
-        return types.ReadResourceResult.model_validate_json(output.result, by_name=False)
+        output = await self._act(ctx, READ, arguments, params)
+        if isinstance(output, types.InputRequiredResult):
+            return output
+        return types.ReadResourceResult.model_validate_json(output, by_name=False)
 
     async def _subscribe(
         self, ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams
@@ -855,7 +866,8 @@ class Bridge:
             "server": owner.name,
             "uri": params.uri,
         }
-        await self._act(ctx, SUBSCRIBE, arguments)
+        with self.relay(ctx):
+            await self._decide(ctx, SUBSCRIBE, _action_bytes(arguments))
         connection = _connection(ctx)
         if connection is not None:
             self._subscribers.setdefault((owner.name, params.uri), weakref.WeakSet()).add(
@@ -879,7 +891,7 @@ class Bridge:
 
     async def _get_prompt(
         self, ctx: ServerRequestContext[Any, Any], params: types.GetPromptRequestParams
-    ) -> types.GetPromptResult:
+    ) -> types.GetPromptResult | types.InputRequiredResult:
         found = await self._upstream_set().prompt_owner(params.name)
         if found is None:
             raise MCPError(code=types.INVALID_PARAMS, message="Prompt not found")
@@ -891,9 +903,17 @@ class Bridge:
             "prompt": params.name,
             "arguments": dict(params.arguments or {}),
         }
-        output = await self._act(ctx, GET_PROMPT, arguments)
-        assert output.result is not None  # noqa: S101 - _act returns results only
-        return types.GetPromptResult.model_validate_json(output.result, by_name=False)
+        output = await self._act(ctx, GET_PROMPT, arguments, params)
+        if isinstance(output, types.InputRequiredResult):
+            return output
+        return types.GetPromptResult.model_validate_json(output, by_name=False)
+
+
+def _action_bytes(arguments: dict[str, Any]) -> bytes:
+    try:
+        return _json.canonical(arguments)
+    except (_json.StrictJSONError, UnicodeError, RecursionError):
+        return json.dumps(arguments, ensure_ascii=True, default=repr).encode()
 
 
 def _data(result: CallResult) -> dict[str, Any]:

@@ -141,6 +141,25 @@ async def test_a_request_state_is_honoured_only_on_a_retry_of_its_own_call_once(
     assert decisions == ["ask_llm"]
 
 
+@ERAS
+async def test_a_resource_read_that_asks_the_client_is_bridged_in_rounds_too(
+    write_config: ConfigWriter, relay: None, allow_all: Path, era: str
+) -> None:
+    config = write_config(
+        stdio_context=None, era=era, policies=allow_all, decision_path="relay/decision"
+    )
+    async with (
+        served(config) as url,
+        connect(url, mode="2026-07-28", list_roots_callback=_roots) as client,
+    ):
+        read = await client.read_resource("file:///srv/tenants/acme/asking.txt")
+    [contents] = read.contents
+    assert isinstance(contents, types.TextResourceContents)
+    assert json.loads(contents.text)["roots"] == [
+        {"uri": "file:///srv/tenants/acme/", "name": "acme"}
+    ]
+
+
 async def test_a_2026_client_that_did_not_offer_sampling_is_not_asked_and_the_upstream_is_refused(
     write_config: ConfigWriter, relay: None, allow_all: Path
 ) -> None:

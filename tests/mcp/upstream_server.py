@@ -274,8 +274,24 @@ def build_server(record: Path, variant: Path | None = None) -> Server[Any]:
 
     async def read_resource(
         ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
-    ) -> types.ReadResourceResult:
+    ) -> types.ReadResourceResult | types.InputRequiredResult:
         _record(record, {"event": "read", "uri": params.uri})
+        if params.uri.endswith("/asking.txt"):
+            # Reading it asks the client for its roots (in rounds since 2026-07-28).
+            if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                responses = params.input_responses or {}
+                if "roots" not in responses:
+                    return types.InputRequiredResult(
+                        input_requests={"roots": types.ListRootsRequest()}
+                    )
+                answer: Any = responses["roots"]
+            else:
+                answer = await ctx.session.send_request(
+                    types.ListRootsRequest(), types.ListRootsResult, metadata=_related(ctx)
+                )
+            text = json.dumps(answer.model_dump(mode="json", by_alias=True, exclude_none=True))
+            contents = {"uri": params.uri, "mimeType": "application/json", "text": text}
+            return types.ReadResourceResult.model_validate({"contents": [contents]})
         if params.uri in subscribed:
             await ctx.session.send_resource_updated(params.uri)
         if "missing" in params.uri:
