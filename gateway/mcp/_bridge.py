@@ -6,8 +6,9 @@
   upstream coming up after a retry; a reconnection listing a different set); resources and
   prompts list changes of upstreams are passed on the same way. A 2026-07-28 client gets the
   same three list changes on the ``subscriptions/listen`` streams it opens (:class:`_Listen`),
-  never unsolicited; resource updates are not offered on those streams (the acknowledgement
-  says so).
+  never unsolicited, and on them the resource updates of the URIs it named in
+  ``resourceSubscriptions`` that the policy allowed (each decided like ``resources/subscribe``;
+  the acknowledgement names only those).
 - ``logging/setLevel``: remembered per client connection and forwarded to the upstreams that
   log (before 2026-07-28; since then the level travels with each request); upstream log
   messages reach only the client request they belong to (see :mod:`gateway.mcp._relay`).
@@ -21,7 +22,8 @@
   through the call pipeline, and a refused one never reaches the upstream. A refusal is a
   JSON-RPC error :data:`REFUSED` whose message is the public text and whose ``data`` carries
   ``gateway/code`` (and ``gateway/decision_id``). An upstream's ``resources/updated`` reaches
-  only the connections that subscribed to that resource through the gateway.
+  only the connections and listen streams whose subscription to that resource the policy
+  allowed.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from mcp.server.subscriptions import (
     ListenHandler,
     PromptsListChanged,
     ResourcesListChanged,
+    ResourceUpdated,
     ServerEvent,
     ToolsListChanged,
 )
@@ -73,6 +76,9 @@ _LOG_LEVEL_META: Final = "io.modelcontextprotocol/logLevel"
 _NOT_FOUND_LEGACY: Final = -32002
 #: The most ``subscriptions/listen`` streams open at once (further requests are refused).
 MAX_LISTEN_STREAMS: Final = 256
+#: The most resources one ``subscriptions/listen`` stream may subscribe to (the rest are
+#: not acknowledged).
+MAX_LISTEN_RESOURCES: Final = 64
 #: The most ``InputRequiredResult`` rounds one request of a 2026-07-28 client gets; further
 #: upstream requests of that call are refused to the upstream.
 MAX_INPUT_ROUNDS: Final = 16
@@ -567,25 +573,35 @@ class _Tracker:
 
 
 class _Listen:
-    """``subscriptions/listen`` for 2026-07-28 clients: the list changes, not resource updates.
+    """``subscriptions/listen`` for 2026-07-28 clients: list changes and resource updates.
 
     The SDK's :class:`ListenHandler` serves each stream (the acknowledgement first, then the
-    matching events, bounded per stream and in number of streams). Resource subscriptions
-    are left out of what is acknowledged: a subscription to a resource is a decision of the
-    policy (``mcp.resources.subscribe``), which a listen filter does not ask, so the
-    acknowledgement tells the client they are not delivered on this stream.
+    matching events stamped with the stream's subscription id, bounded per stream and in
+    number of streams). Each URI of ``resourceSubscriptions`` is a subscription decided by
+    the policy exactly like ``resources/subscribe`` (the action ``mcp.resources.subscribe``,
+    one decision per URI, audited); the acknowledgement names only the URIs allowed (at most
+    :data:`MAX_LISTEN_RESOURCES`), and the stream gets ``notifications/resources/updated``
+    for those only.
     """
 
-    def __init__(self, handler: ListenHandler) -> None:
+    def __init__(self, handler: ListenHandler, bridge: Bridge) -> None:
         self._handler = handler
+        self._bridge = bridge
 
     async def __call__(
         self,
         ctx: ServerRequestContext[Any, Any],
         params: types.SubscriptionsListenRequestParams,
     ) -> types.SubscriptionsListenResult:
-        honored = params.notifications.model_copy(update={"resource_subscriptions": None})
-        return await self._handler(ctx, params.model_copy(update={"notifications": honored}))
+        requested = params.notifications.resource_subscriptions or []
+        allowed = await self._bridge.listen_to(ctx, requested[:MAX_LISTEN_RESOURCES])
+        honored = params.notifications.model_copy(
+            update={"resource_subscriptions": [uri for _, uri in allowed] or None}
+        )
+        try:
+            return await self._handler(ctx, params.model_copy(update={"notifications": honored}))
+        finally:
+            await self._bridge.stop_listening(allowed)
 
 
 class Bridge:
@@ -614,6 +630,8 @@ class Bridge:
         self._connections: weakref.WeakSet[Any] = weakref.WeakSet()
         self._levels: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         self._subscribers: dict[tuple[str, str], weakref.WeakSet[Any]] = {}
+        # How many listen streams hold an allowed subscription to (upstream, uri).
+        self._listening: dict[tuple[str, str], int] = {}
         self._actions: tuple[Gateway, Gateway] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         # The 2026-07-28 clients' listen streams (every list change is published here too).
@@ -628,7 +646,9 @@ class Bridge:
         """Register the handlers and the connection tracker on ``server``."""
         server.middleware.append(_Tracker(self._connections))
         server.add_request_handler(
-            "subscriptions/listen", types.SubscriptionsListenRequestParams, _Listen(self._listen)
+            "subscriptions/listen",
+            types.SubscriptionsListenRequestParams,
+            _Listen(self._listen, self),
         )
         server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, self._set_level)
         server.add_notification_handler(
@@ -754,6 +774,9 @@ class Bridge:
             targets = list(self._subscribers.get((upstream.name, uri), ()))
             params = {"uri": uri}
             self._spawn(self._broadcast("notifications/resources/updated", params, targets))
+            if self._listening.get((upstream.name, uri)):
+                # Only streams whose subscription to this URI was allowed match it.
+                self._publish(ResourceUpdated(uri=uri))
             return
         resources = isinstance(notice, types.ResourceListChangedNotification)
         method = (
@@ -875,6 +898,45 @@ class Bridge:
             )
         return types.EmptyResult()
 
+    async def listen_to(
+        self, ctx: ServerRequestContext[Any, Any], uris: list[str]
+    ) -> list[tuple[str, str]]:
+        """Decide a listen stream's resource subscriptions: the (upstream, uri) allowed."""
+        allowed: list[tuple[str, str]] = []
+        if self._upstreams is None:
+            return allowed
+        for uri in dict.fromkeys(uris):
+            owner = self._upstreams.resource_owner(uri)
+            if owner is None:
+                continue
+            arguments = {
+                "action": "resources/subscribe",
+                "version": 1,
+                "server": owner.name,
+                "uri": uri,
+            }
+            try:
+                with self.relay(ctx):
+                    await self._decide(ctx, SUBSCRIBE, _action_bytes(arguments))
+            except MCPError:
+                continue  # refused (or the upstream failed): not acknowledged
+            key = (owner.name, uri)
+            self._listening[key] = self._listening.get(key, 0) + 1
+            allowed.append(key)
+        return allowed
+
+    async def stop_listening(self, allowed: list[tuple[str, str]]) -> None:
+        """A listen stream ended: release its subscriptions (upstream too, if the last)."""
+        for key in allowed:
+            left = self._listening.get(key, 0) - 1
+            if left > 0:
+                self._listening[key] = left
+                continue
+            self._listening.pop(key, None)
+            if not self._subscribers.get(key) and self._upstreams is not None:
+                with contextlib.suppress(Exception):
+                    await self._upstreams[key[0]].subscribe(key[1], on=False)
+
     async def _unsubscribe(
         self, ctx: ServerRequestContext[Any, Any], params: types.UnsubscribeRequestParams
     ) -> types.EmptyResult:
@@ -885,6 +947,8 @@ class Bridge:
             subscribers.discard(connection)
             if not subscribers:
                 del self._subscribers[key]
+                if self._listening.get(key):
+                    continue  # a listen stream still holds it
                 with contextlib.suppress(Exception):
                     await self._upstream_set()[key[0]].subscribe(params.uri, on=False)
         return types.EmptyResult()
