@@ -13,6 +13,7 @@ import contextvars
 import hashlib
 import json
 from collections.abc import Iterator, Mapping
+from decimal import Decimal
 from typing import Any, Final
 
 from gateway import _json
@@ -120,8 +121,13 @@ class CallerContext:
         return self._digest
 
     def as_dict(self) -> dict[str, Any]:
-        """A fresh, detached decoded copy."""
-        value: dict[str, Any] = _json.parse(self._json, max_depth=_json.DEFAULT_MAX_DEPTH)
+        """A fresh, detached decoded copy.
+
+        The stored encoding was checked strictly when this context was made (and is the
+        canonical encoding of what was checked), so it is read back by the plain decoder,
+        numbers kept exact, without repeating the strict checks on every call.
+        """
+        value: dict[str, Any] = json.loads(self._json, parse_float=Decimal)
         return value
 
     def get(self, key: str, default: Any = None) -> Any:

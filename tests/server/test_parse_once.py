@@ -32,9 +32,9 @@ BUNDLE: Final = REPO_ROOT / "bundles" / "policies.tar.gz"
 #: one strict parse of the body and one canonical encoding of its arguments (the surface;
 #: admission adds none); the policy input and the audit record each decode and encode the
 #: admitted bytes once more (their memos skip that for arguments they have seen); the caller
-#: context is decoded by the audit record and by the state layer's counters, whose four
-#: counter keys are canonical encodings.
-MAX_PARSES_PER_CALL: Final = 5
+#: context, checked strictly when it was made, is never strictly decoded again; the state
+#: layer's four counter keys are canonical encodings.
+MAX_PARSES_PER_CALL: Final = 3
 MAX_ENCODINGS_PER_CALL: Final = 7
 
 
@@ -119,6 +119,17 @@ async def test_the_caller_context_of_an_api_key_is_not_validated_again_per_call(
 
     assert work.count("canonical", "gateway.policy._context") == 0
     assert work.by_caller[("parse", "gateway.policy._context.__init__")] == 0
+
+
+async def test_a_call_never_strictly_decodes_the_caller_context_again(
+    http: httpx.AsyncClient,
+) -> None:
+    # The audit record reads the context as a fresh copy: its stored encoding was checked.
+    await _call(http, {"a": 0, "b": 0})
+    with JsonWork() as work:
+        await _call(http, {"a": 7, "b": 9})
+
+    assert work.count("parse", "gateway.policy._context") == 0
 
 
 # -- admission of a decoded call is admission of its bytes --------------------------------
