@@ -292,8 +292,18 @@ class ApprovalDesk:
             return True
         return approval.role in _strings(viewer.get("roles"))
 
-    async def decide(self, approval_id: str, approver: CallerContext, *, approve: bool) -> Approval:
+    async def decide(
+        self,
+        approval_id: str,
+        approver: CallerContext,
+        *,
+        approve: bool,
+        comment: str | None = None,
+    ) -> Approval:
         """Approve or reject a pending approval.
+
+        ``comment`` is the approver's own reason, recorded with the decision in the audit
+        trail (the operator console requires one).
 
         Raises:
             ApprovalError: ``approval_not_found``, ``approver_not_allowed`` (no subject, not
@@ -310,7 +320,8 @@ class ApprovalDesk:
             raise ApprovalError("approver_not_allowed", "the approver does not hold the role")
         decided = self._decided(current, subject, roles, now, approve=approve)
         # Recorded first: an approval the audit trail does not show never takes effect.
-        await self._events.record("approved" if approve else "rejected", decided)
+        extra = {} if comment is None else {"comment": comment}
+        await self._events.record("approved" if approve else "rejected", decided, **extra)
         subject_text: str = subject
         return await asyncio.to_thread(
             self._store.update,

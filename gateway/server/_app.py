@@ -48,6 +48,9 @@ _ROUTES: Final = {"/v1/tools": "tools", "/v1/calls": "calls"}
 #: The request header naming the caller's session (its state is the caller's own).
 SESSION_HEADER: Final = "x-gateway-session"
 
+#: The message of every 405: error messages never quote what the caller sent.
+_WRONG_METHOD: Final = "the path does not take that method"
+
 Readiness = Callable[[], Awaitable[bool]]
 
 
@@ -93,9 +96,9 @@ async def _method_not_allowed(request: Request, exc: Exception) -> Response:
     request_id = request_id_in(request.scope) or request_id_of(request.headers)
     allowed = getattr(exc, "headers", None) or {}
     return JSONResponse(
-        error_body(
-            "method_not_allowed", f"{request.url.path} does not take {request.method}", request_id
-        ),
+        # The Allow header names the methods the path takes; the message quotes nothing the
+        # caller sent (neither the method nor the path).
+        error_body("method_not_allowed", _WRONG_METHOD, request_id),
         status_code=405,
         headers={"X-Request-ID": request_id, **allowed},
     )
@@ -138,8 +141,11 @@ class GatewayApp:
         authzen: AuthzenApi | None = None,
         tracing: bool = False,
         visibility: ToolVisibility | None = None,
+        console: Any | None = None,
     ) -> None:
         self._gateway = gateway
+        # The operator console ([console]), at its own path with its own sign-in.
+        self._console = console
         self._authenticator = authenticator
         # /v1/approvals, behind its own authentication (its paths hold the approval id).
         self._approvals = ApprovalsApi(approvals, authenticator) if approvals is not None else None
@@ -172,6 +178,9 @@ class GatewayApp:
             self._asgi = AccessLog(self._asgi)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if self._console is not None and self._console.handles(scope.get("path")):
+            await self._console(scope, receive, send)
+            return
         if self._authzen is not None and is_authzen_path(scope.get("path")):
             await self._authzen(scope, receive, send)
             return
@@ -272,7 +281,8 @@ class GatewayApp:
             return "request body must be a JSON object"
         unknown = sorted(set(document) - {"id", "name", "arguments"})
         if unknown:
-            return f"unknown member {unknown[0]!r}"
+            # The name is the caller's: never quoted (see _WRONG_METHOD).
+            return "the request body has a member other than id, name and arguments"
         call_id, name = document.get("id"), document.get("name")
         if not isinstance(call_id, str) or not isinstance(name, str):
             return "id and name must be strings"

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from starlette.applications import Starlette
 
 from gateway.audit import JsonlFileSink
+from gateway.console import build_console
 from gateway.policy import DecisionCache, PolicyEngine, ToolVisibility
 from gateway.server._app import GatewayApp
 from gateway.server._authzen import AuthzenApi
@@ -59,6 +60,7 @@ def build_service(config: GatewayConfig) -> Service:
         authzen=_authzen(config, gateway, components),
         tracing=config.telemetry.enabled,
         visibility=ToolVisibility.for_engine(components.engine, cache=components.cache),
+        console=build_console(config, components),
     )
     service = Service(
         config=config,
