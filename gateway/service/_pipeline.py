@@ -64,6 +64,8 @@ _NO_DECISION: Final = "no policy decision could be made; the call was not run"
 _UNFULFILLED: Final = (
     "the policy requires something that cannot be done for this call; it was not run"
 )
+#: The name is the caller's and is never quoted: no error message repeats what a caller sent.
+_UNKNOWN_TOOL: Final = "no tool of that name is served"
 _WITHHELD: Final = "the tool ran, but its output could not be redacted as the policy requires"
 
 
@@ -343,9 +345,7 @@ class Gateway:
                 return await self._refuse(call, request_id, ResultCode.INVALID_ARGUMENTS, str(exc))
         binding = self._registry.resolve(name)
         if binding is None:
-            return await self._refuse(
-                call, request_id, ResultCode.UNKNOWN_TOOL, f"unknown tool {name!r}"
-            )
+            return await self._refuse(call, request_id, ResultCode.UNKNOWN_TOOL, _UNKNOWN_TOOL)
         try:
             invocation = binding.prepare(call)
         except InvalidInvocationError as exc:

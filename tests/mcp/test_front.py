@@ -111,7 +111,7 @@ async def test_stdio_gateway_serves_allowed_calls_and_refuses_the_rest_before_th
     assert _code(invalid) == "invalid_arguments"
     assert "must be a string (type)" in _text(invalid)
     assert unknown.is_error
-    assert _text(unknown) == "unknown tool 'delete_everything'"
+    assert _text(unknown) == "no tool of that name is served"
     assert _code(unknown) == "unknown_tool"
     # An upstream error result is a Failure(FAILED) carrying the upstream's own text.
     assert failed.is_error

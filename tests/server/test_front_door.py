@@ -80,5 +80,5 @@ async def test_a_wrong_method_is_a_json_405_naming_the_methods_taken(
     response = await client.get("/v1/calls", headers=key(ALICE))
 
     body = assert_error(response, 405, "method_not_allowed")
-    assert body["message"] == "/v1/calls does not take GET"
+    assert body["message"] == "the path does not take that method"
     assert response.headers["allow"] == "POST"
