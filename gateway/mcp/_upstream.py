@@ -276,6 +276,8 @@ class Upstream:
         # The client requests being served through this upstream now (see gateway.mcp._relay).
         self._in_flight: dict[object, Downstream] = {}
         self._background: set[asyncio.Task[None]] = set()
+        # The subscriptions/listen streams holding resource subscriptions (2026-07-28).
+        self._resource_streams: dict[str, asyncio.Task[None]] = {}
         # One line per connection state change (connected, lost, unreachable), rate-limited.
         self._state = StateLog(_LOG, f"upstream {config.name}", initial="new")
         #: Called with the upstream's resource and prompt notifications.
@@ -692,9 +694,52 @@ class Upstream:
             resources = client.server_capabilities.resources
             if resources is None or not resources.subscribe:
                 raise MCPError(code=types.METHOD_NOT_FOUND, message="Method not found")
+            if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                await self._listen_resource(client, uri, on=on)
+                return
             await client.session.send_request(request, types.EmptyResult)
 
         await self.request(send)
+
+    async def _listen_resource(self, client: Client, uri: str, *, on: bool) -> None:
+        # Since 2026-07-28 a resource is subscribed to on a subscriptions/listen stream: one
+        # per URI, held while subscribed; its updates reach _on_message as notifications.
+        held = self._resource_streams.pop(uri, None)
+        if not on:
+            if held is not None:
+                held.cancel()
+            return
+        if held is not None and not held.done():
+            self._resource_streams[uri] = held
+            return
+        acknowledged: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+
+        async def hold() -> None:
+            try:
+                async with client.listen(resource_subscriptions=[uri]) as subscription:
+                    honored = uri in (subscription.honored.resource_subscriptions or ())
+                    acknowledged.set_result(honored)
+                    if honored:
+                        async for _ in subscription:
+                            pass
+            except Exception as exc:  # noqa: BLE001 - the subscription ends; the caller is told
+                _LOG.info(
+                    "upstream %s: a resource subscription ended: %s", self.name, _describe(exc)
+                )
+                if not acknowledged.done():
+                    acknowledged.set_result(False)
+            finally:
+                if self._resource_streams.get(uri) is task:
+                    del self._resource_streams[uri]
+
+        task = asyncio.get_running_loop().create_task(hold(), context=contextvars.Context())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        self._resource_streams[uri] = task
+        if not await acknowledged:
+            raise MCPError(
+                code=types.INVALID_PARAMS, message="the upstream does not offer this subscription"
+            )
 
     async def set_log_level(self, level: types.LoggingLevel) -> None:
         """``logging/setLevel`` upstream, when it speaks a handshake revision and logs."""

@@ -43,7 +43,12 @@ from mcp import MCPError
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp.server.subscriptions import (
+    InMemorySubscriptionBus,
+    ListenHandler,
+    ResourceUpdated,
+    ToolsListChanged,
+)
 from mcp.shared.message import ServerMessageMetadata, SessionMessage
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -294,6 +299,8 @@ def build_server(record: Path, variant: Path | None = None) -> Server[Any]:
             return types.ReadResourceResult.model_validate({"contents": [contents]})
         if params.uri in subscribed:
             await ctx.session.send_resource_updated(params.uri)
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            await _BUS.publish(ResourceUpdated(uri=params.uri))  # to listen streams naming it
         if "missing" in params.uri:
             raise MCPError(code=-32002, message=f"no such resource: {params.uri}")
         contents = {
