@@ -83,6 +83,14 @@ check: lint typecheck policy-test test
 config-reference: $(STAMP)
 	$(BIN)/python -m gateway.service.config_reference
 
+# docs/console/*.png, a screenshot of each operator console view, from a live demo gateway
+# (Debian's Chromium driven by playwright-core; both provisioned like the tests').
+.PHONY: console-screenshots
+console-screenshots: $(STAMP)
+	CHROMIUM_BIN="$$(scripts/provision-chromium)" && export CHROMIUM_BIN && \
+	PLAYWRIGHT_CORE="$$(scripts/provision-playwright)" && export PLAYWRIGHT_CORE && \
+	$(BIN)/python -m tests.console.screenshots
+
 bench: $(STAMP)
 	OPA_BIN="$$(scripts/provision-opa)" && export OPA_BIN && \
 	REDIS_BIN="$$(scripts/provision-redis)" && export REDIS_BIN && \
