@@ -25,6 +25,7 @@ from gateway.mcp._front import McpFront
 from gateway.mcp._sessions import SessionTable
 from gateway.mcp._upstream import UpstreamSet
 from gateway.policy import CallerContext, ToolVisibility
+from gateway.server import run_on_fastest_loop
 from gateway.service import (
     AccessLog,
     ConfigError,
@@ -220,6 +221,7 @@ def run_mcp(
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
+        _LOG.debug("event loop: %s", type(loop).__module__)
         task = asyncio.current_task()
         assert task is not None  # noqa: S101 - run by asyncio.run
         server: uvicorn.Server | None = None
@@ -252,4 +254,5 @@ def run_mcp(
             for signum in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(signum)
 
-    asyncio.run(main())
+    # The event loop of ``gateway serve``: uvloop when importable.
+    run_on_fastest_loop(main)
