@@ -9,6 +9,7 @@ machine-readable ``code`` and status.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
@@ -17,7 +18,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway import _json
 from gateway._call import ToolCall, admitted_call
@@ -51,25 +52,22 @@ SESSION_HEADER: Final = "x-gateway-session"
 #: The message of every 405: error messages never quote what the caller sent.
 _WRONG_METHOD: Final = "the path does not take that method"
 
+#: The message of a 415.
+_NOT_JSON: Final = "send the call as JSON: Content-Type: application/json"
+
 Readiness = Callable[[], Awaitable[bool]]
 
 
-class _BodyTooLargeError(Exception):
-    pass
+class _Endpoint:
+    # A plain ASGI handler as a Starlette route's endpoint (Starlette wraps functions and
+    # methods in its request/response adapter, never other callables).
+    __slots__ = ("_handler",)
 
+    def __init__(self, handler: ASGIApp) -> None:
+        self._handler = handler
 
-async def _read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise _BodyTooLargeError
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _BodyTooLargeError
-        chunks.append(chunk)
-    return b"".join(chunks)
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._handler(scope, receive, send)
 
 
 def _is_json(content_type: str | None) -> bool:
@@ -157,10 +155,12 @@ class GatewayApp:
         self._ready = ready
         self._metrics = metrics
         self._limit = max_body_bytes
+        self._too_large = f"request body exceeds {max_body_bytes} bytes"
+        self._counters: dict[tuple[str, int], Any] = {}
         self.app = Starlette(
             routes=[
                 Route("/v1/tools", self.list_tools, methods=["GET"]),
-                Route("/v1/calls", self.call, methods=["POST"]),
+                Route("/v1/calls", _Endpoint(self.call), methods=["POST"]),
                 Route("/healthz", self.healthz, methods=["GET"]),
                 Route("/readyz", self.readyz, methods=["GET"]),
                 Route("/metrics", self.metrics, methods=["GET"]),
@@ -170,7 +170,7 @@ class GatewayApp:
             exception_handlers={404: _not_found, 405: _method_not_allowed},
         )
         self._asgi: ASGIApp = AuthenticationMiddleware(
-            self.app, authenticator, paths=_ROUTES, on_refusal=self._count_refusal
+            self._dispatch, authenticator, paths=_ROUTES, on_refusal=self._count_refusal
         )
         if tracing:
             self._asgi = TraceRequests(self._asgi, paths=frozenset(_ROUTES))
@@ -189,8 +189,21 @@ class GatewayApp:
             return
         await self._asgi(scope, receive, send)
 
+    async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # Behind the authentication middleware: a call goes straight to its handler; every
+        # other request (and a call under a root path) through Starlette's router.
+        if (
+            scope["type"] == "http"
+            and scope["path"] == "/v1/calls"
+            and scope["method"] == "POST"
+            and not scope.get("root_path")
+        ):
+            await self.call(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
     def _count_refusal(self, scope: Any) -> None:
-        self._metrics.requests.labels(_ROUTES.get(scope.get("path"), "other"), "401").inc()
+        self._count(_ROUTES.get(scope.get("path"), "other"), 401)
 
     @staticmethod
     def _request_id(request: Request) -> str:
@@ -202,24 +215,20 @@ class GatewayApp:
         caller = request.scope.get(CALLER_SCOPE_KEY)
         return caller if isinstance(caller, CallerContext) else EMPTY_CONTEXT
 
+    def _count(self, route: str, status: int) -> None:
+        # The counter's child per (route, status), bound once: no label lookup per request.
+        child = self._counters.get((route, status))
+        if child is None:
+            child = self._counters[route, status] = self._metrics.requests.labels(
+                route, str(status)
+            )
+        child.inc()
+
     def _respond(
         self, route: str, status: int, body: dict[str, Any], request_id: str
     ) -> JSONResponse:
-        self._metrics.requests.labels(route, str(status)).inc()
+        self._count(route, status)
         return JSONResponse(body, status_code=status, headers={"X-Request-ID": request_id})
-
-    def _error(
-        self,
-        route: str,
-        status: int,
-        code: str,
-        message: str,
-        *,
-        request_id: str,
-        decision_id: str | None = None,
-    ) -> JSONResponse:
-        body = error_body(code, message, request_id, decision_id)
-        return self._respond(route, status, body, request_id)
 
     async def list_tools(self, request: Request) -> Response:
         """``GET /v1/tools``: the definitions the caller may see (after authentication).
@@ -237,39 +246,56 @@ class GatewayApp:
         ]
         return self._respond("tools", 200, {"tools": tools}, request_id)
 
-    async def call(self, request: Request) -> Response:
-        """``POST /v1/calls`` with ``{"id", "name", "arguments"}``."""
-        request_id = self._request_id(request)
-        try:
-            body = await _read_body(request, self._limit)
-        except _BodyTooLargeError:
-            return self._error(
-                "calls",
-                413,
-                "body_too_large",
-                f"request body exceeds {self._limit} bytes",
-                request_id=request_id,
-            )
-        if not _is_json(request.headers.get("content-type")):
-            return self._error(
-                "calls",
-                415,
-                "unsupported_media_type",
-                "send the call as JSON: Content-Type: application/json",
-                request_id=request_id,
-            )
-        parsed = self._parse_call(body)
+    async def call(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """``POST /v1/calls`` with ``{"id", "name", "arguments"}`` (a plain ASGI handler).
+
+        The service's hot route: it reads the body, the three headers it needs and the
+        scope the authentication middleware set, with no framework request or response
+        objects in between. Every other route is Starlette's.
+        """
+        request_id = request_id_in(scope) or request_id_of({})
+        content_type = declared = session = None
+        for name, value in scope["headers"]:
+            if name == b"content-type" and content_type is None:
+                content_type = value.decode("latin-1")
+            elif name == b"content-length" and declared is None:
+                declared = value.decode("latin-1")
+            elif name == b"x-gateway-session" and session is None:
+                session = value.decode("latin-1")
+        if declared is not None and declared.isdigit() and int(declared) > self._limit:
+            await self._error(send, 413, "body_too_large", self._too_large, request_id)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away: nobody to answer
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self._limit:
+                await self._error(send, 413, "body_too_large", self._too_large, request_id)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        if not _is_json(content_type):
+            await self._error(send, 415, "unsupported_media_type", _NOT_JSON, request_id)
+            return
+        parsed = self._parse_call(chunks[0] if len(chunks) == 1 else b"".join(chunks))
         if isinstance(parsed, str):
-            return self._error("calls", 400, "malformed_request", parsed, request_id=request_id)
+            await self._error(send, 400, "malformed_request", parsed, request_id)
+            return
+        caller = scope.get(CALLER_SCOPE_KEY)
         # The caller's session (gateway.state), from the transport, bound to the caller by
         # the pipeline; never from the model's arguments.
         result = await self._gateway.call(
             parsed,
-            caller=self._caller(request),
+            caller=caller if isinstance(caller, CallerContext) else EMPTY_CONTEXT,
             request_id=request_id,
-            session=request.headers.get(SESSION_HEADER),
+            session=session,
         )
-        return self._result(result, parsed, request_id)
+        await self._result(send, result, parsed, request_id)
 
     @staticmethod
     def _parse_call(body: bytes) -> ToolCall | str:
@@ -297,7 +323,48 @@ class GatewayApp:
             else "arguments must be a JSON object or JSON text"
         )
 
-    def _result(self, result: CallResult, call: ToolCall, request_id: str) -> JSONResponse:
+    async def _send(
+        self,
+        send: Send,
+        status: int,
+        body: dict[str, Any],
+        request_id: str,
+        extra: dict[str, str] | None = None,
+    ) -> None:
+        self._count("calls", status)
+        # The bytes JSONResponse would send: compact, UTF-8, no NaN.
+        content = json.dumps(
+            body, ensure_ascii=False, allow_nan=False, separators=(",", ":")
+        ).encode("utf-8")
+        headers = [
+            (b"x-request-id", request_id.encode("latin-1")),
+            (b"content-length", str(len(content)).encode("latin-1")),
+            (b"content-type", b"application/json"),
+        ]
+        if extra:
+            headers += [
+                (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in extra.items()
+            ]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": content})
+
+    async def _error(
+        self,
+        send: Send,
+        status: int,
+        code: str,
+        message: str,
+        request_id: str,
+        *,
+        decision_id: str | None = None,
+        extra: dict[str, str] | None = None,
+    ) -> None:
+        body = error_body(code, message, request_id, decision_id)
+        await self._send(send, status, body, request_id, extra)
+
+    async def _result(
+        self, send: Send, result: CallResult, call: ToolCall, request_id: str
+    ) -> None:
         if result.ok or result.is_tool_failure:
             body: dict[str, Any] = {
                 "id": call.id,
@@ -307,25 +374,30 @@ class GatewayApp:
                 "decision_id": result.decision_id,
                 "request_id": request_id,
             }
-            return self._respond("calls", 200, body, request_id)
+            await self._send(send, 200, body, request_id)
+            return
         if result.code == "approval_pending" and result.approval_id is not None:
             body = error_body(result.code, result.message or result.code, request_id)
             body["decision_id"] = result.decision_id
             body["approval_id"] = result.approval_id
             body["approval_url"] = approval_url(result.approval_id)
-            return self._respond("calls", 202, body, request_id)
-        response = self._error(
-            "calls",
+            await self._send(send, 202, body, request_id)
+            return
+        # Step-up: the client may ask for a token with these scopes and call again.
+        extra = (
+            insufficient_scope(self._authenticator, result.required_scopes)
+            if result.required_scopes
+            else None
+        )
+        await self._error(
+            send,
             result.status,
             result.code,
             result.message or result.code,
-            request_id=request_id,
+            request_id,
             decision_id=result.decision_id,
+            extra=extra,
         )
-        if result.required_scopes:
-            # Step-up: the client may ask for a token with these scopes and call again.
-            response.headers.update(insufficient_scope(self._authenticator, result.required_scopes))
-        return response
 
     async def healthz(self, request: Request) -> Response:
         """``GET /healthz``: the process is alive."""
