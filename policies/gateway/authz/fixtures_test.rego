@@ -53,3 +53,15 @@ allowed(d) if {
 	d.allow == true
 	d.message == "the call is authorized"
 }
+
+# tools_with(tool, name, value) is data.gateway.config.tools with setting name of tool
+# replaced by value. Replace an object setting with
+# `with data.gateway.config.tools as fx.tools_with(tool, name, value)`: OPA merges an
+# object given to `with` below the path a rule reads (lib.tools reads
+# data.gateway.config.tools) into the object already there, so
+# `with data.gateway.config.tools.pay.approval as {"arg": "amount"}` keeps the approval's
+# other members and tests a setting that still has them.
+tools_with(tool, name, value) := object.union(
+	object.remove(data.gateway.config.tools, [tool]),
+	{tool: object.union(object.remove(data.gateway.config.tools[tool], [name]), {name: value})},
+)

@@ -103,8 +103,20 @@ test_malformed_flow_settings_are_misconfigurations if {
 	fx.has_reason(d4, "not a {scope, window_s, limit} object")
 	frac := [{"scope": "caller", "window_s": 1.5, "limit": 1}]
 	d5 := with_state("pay_vendor", state([], no_counts)) with data.gateway.config.tools.pay_vendor.quotas as frac
-	d5.allow == false
+	fx.has_reason(d5, "not a {scope, window_s, limit} object")
 	extra := [{"scope": "caller", "window_s": 60, "limit": 1, "x": 1}]
 	d6 := with_state("pay_vendor", state([], no_counts)) with data.gateway.config.tools.pay_vendor.quotas as extra
-	d6.allow == false
+	fx.has_reason(d6, "not a {scope, window_s, limit} object")
+	every q in [
+		{"scope": "caller", "window_s": 60},
+		{"scope": "caller", "window_s": 0, "limit": 1},
+		{"scope": "caller", "window_s": "60", "limit": 1},
+		{"scope": "caller", "window_s": 60, "limit": -1},
+		{"scope": "caller", "window_s": 60, "limit": 1.5},
+		{"scope": "caller", "window_s": 60, "limit": "1"},
+		"caller",
+	] {
+		d := with_state("pay_vendor", state([], no_counts)) with data.gateway.config.tools.pay_vendor.quotas as [q]
+		fx.has_reason(d, "not a {scope, window_s, limit} object")
+	}
 }

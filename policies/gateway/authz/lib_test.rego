@@ -75,3 +75,11 @@ test_config_sections_default_to_empty if {
 test_denial_shape if {
 	lib.denial("m", "public", "detail") == {"message": "public", "reason": "m: detail"}
 }
+
+test_an_object_override_below_the_tools_merges_and_tools_with_replaces if {
+	partial := {"arg": "amount", "above": 1}
+	lib.tools.pay.approval.role == "treasurer" with data.gateway.config.tools.pay.approval as partial
+	lib.tools.pay.approval == partial with data.gateway.config.tools as fx.tools_with("pay", "approval", partial)
+	lib.tools.pay.kind == "payment" with data.gateway.config.tools as fx.tools_with("pay", "approval", partial)
+	lib.tools.query_db == data.gateway.config.tools.query_db with data.gateway.config.tools as fx.tools_with("pay", "approval", partial)
+}

@@ -75,7 +75,13 @@ test_payment_without_limits_is_misconfiguration if {
 test_malformed_limits_is_misconfiguration if {
 	d := pay(["clerk"], 10) with data.gateway.config.tools.pay.limits as {"arg": "amount"}
 	fx.has_reason(d, "limits: setting limits is not an array")
-	every bad in [["amount"], [{"arg": "amount"}], [{"arg": "amount", "limit": "payment_amount", "min": "0"}]] {
+	every bad in [
+		["amount"],
+		[{"arg": "amount"}],
+		[{"arg": 5, "limit": "payment_amount"}],
+		[{"arg": "amount", "limit": 5}],
+		[{"arg": "amount", "limit": "payment_amount", "min": "0"}],
+	] {
 		d2 := pay(["clerk"], 10) with data.gateway.config.tools.pay.limits as bad
 		d2.message == "this tool is not configured correctly"
 		fx.has_reason(d2, "limits: setting limits has a member that is not a {arg, limit, min} object")

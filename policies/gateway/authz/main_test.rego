@@ -241,6 +241,18 @@ test_stage_dispatch_generic_tool_with_redact if {
 	stages_agree with data.gateway.config.tools.add.redact as {"patterns": ["x"]}
 }
 
+test_stage_dispatch_generic_tool_with_malformed_redact if {
+	stages_agree with data.gateway.config.tools.add.redact as "bad"
+}
+
+test_stage_dispatch_generic_tool_with_malformed_labels if {
+	stages_agree with data.gateway.config.tools.add.labels as "bad"
+}
+
+test_stage_dispatch_generic_tool_with_malformed_quotas if {
+	stages_agree with data.gateway.config.tools.add.quotas as "bad"
+}
+
 test_stage_dispatch_payment_kind_without_limits if {
 	stages_agree with data.gateway.config.tools.add.kind as "payment"
 }

@@ -249,6 +249,12 @@ test_a_path_the_gateway_could_not_resolve_is_denied if {
 	}
 }
 
+test_only_true_makes_a_tool_require_resolution if {
+	every v in ["true", 1, "yes", false] {
+		fx.allowed(read("/srv/tenants/acme/a.txt")) with data.gateway.config.tools.read_file.require_resolved as v
+	}
+}
+
 test_a_tool_requiring_resolution_is_denied_without_facts if {
 	req := fx.request("read_file", {"path": "/srv/tenants/acme/a.txt"}, fx.context(["reader"], "acme"))
 	d := data.gateway.authz.decision with input as req

@@ -41,6 +41,14 @@ test_unconfigured_tool_denied_even_if_granted if {
 	fx.has_reason(d, "rbac: tool \"delete_everything\" has no settings")
 }
 
+test_a_tool_whose_settings_are_not_an_object_is_not_available if {
+	every bad in ["generic", ["generic"], 1, true] {
+		d := fx.as_role("reader", "add", {}) with data.gateway.config.tools.add as bad
+		d.message == "this tool is not available"
+		fx.has_reason(d, "rbac: tool \"add\" has no settings")
+	}
+}
+
 test_unknown_kind_denied if {
 	d := fx.as_role("reader", "add", {}) with data.gateway.config.tools.add.kind as "magic"
 	d.message == "this tool is not available"

@@ -113,6 +113,14 @@ test_unconfigured_resource_kind_is_misconfiguration if {
 	fx.has_reason(d, "tenancy: resource kind for argument \"database\" is not a configured resource kind")
 }
 
+test_a_resource_kind_that_is_not_an_object_is_not_configured if {
+	every bad in [["acme_sales"], "acme_sales", 1] {
+		d := fx.as_role("analyst", "query_db", {"database": "acme_sales", "query": "select 1"}) with data.gateway.config.resources.databases as bad
+		d.message == "this tool is not configured correctly"
+		fx.has_reason(d, "tenancy: resource kind for argument \"database\" is not a configured resource kind")
+	}
+}
+
 test_malformed_resource_args_is_misconfiguration if {
 	d := fx.as_role("analyst", "query_db", {"database": "acme_sales", "query": "select 1"}) with data.gateway.config.tools.query_db.resource_args as ["database"]
 	d.message == "this tool is not configured correctly"
