@@ -62,7 +62,7 @@ from pydantic import ValidationError
 from gateway import _json
 from gateway._call import ToolCall
 from gateway.audit import AuditTrail
-from gateway.mcp._catalog import GET_PROMPT, READ, SUBSCRIBE, action_tools
+from gateway.mcp._catalog import COMPLETE, GET_PROMPT, READ, SUBSCRIBE, action_tools
 from gateway.mcp._content import ActionOutput, public_text
 from gateway.mcp._relay import DOWNSTREAM, LEVELS, InputRequest
 from gateway.mcp._upstream import Notice, Upstream, UpstreamSet
@@ -671,6 +671,9 @@ class Bridge:
         )
         server.add_request_handler("prompts/list", types.PaginatedRequestParams, self._list_prompts)
         server.add_request_handler("prompts/get", types.GetPromptRequestParams, self._get_prompt)
+        server.add_request_handler(
+            "completion/complete", types.CompleteRequestParams, self._complete
+        )
 
     # -- per-request relaying ------------------------------------------------------------
 
@@ -953,6 +956,43 @@ class Bridge:
                     await self._upstream_set()[key[0]].subscribe(params.uri, on=False)
         return types.EmptyResult()
 
+    async def _complete(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CompleteRequestParams
+    ) -> types.CompleteResult:
+        # Routed like the prompt or resource it completes; decided by the policy as the
+        # action mcp.completion.complete. No upstream offering completions for it: none.
+        upstreams = self._upstream_set()
+        ref = params.ref
+        owner: Upstream | None
+        if isinstance(ref, types.PromptReference):
+            found = await upstreams.prompt_owner(ref.name)
+            owner = found[0] if found is not None else None
+            target: dict[str, Any] = {"type": "ref/prompt", "name": ref.name}
+        else:
+            owner = next(
+                (
+                    upstream
+                    for upstream in upstreams.upstreams
+                    if any(t.template == ref.uri for t in upstream.resource_templates)
+                ),
+                None,
+            ) or upstreams.resource_owner(ref.uri)
+            target = {"type": "ref/resource", "uri": ref.uri}
+        if owner is None or not owner.offers("completions"):
+            return _NO_COMPLETION
+        context = params.context.arguments if params.context is not None else None
+        arguments = {
+            "action": "completion/complete",
+            "version": 1,
+            "server": owner.name,
+            "ref": target,
+            "argument": {"name": params.argument.name, "value": params.argument.value},
+            "context": dict(context or {}),
+        }
+        with self.relay(ctx):
+            result = await self._decide(ctx, COMPLETE, _action_bytes(arguments))
+        return types.CompleteResult.model_validate_json(result, by_name=False)
+
     async def _get_prompt(
         self, ctx: ServerRequestContext[Any, Any], params: types.GetPromptRequestParams
     ) -> types.GetPromptResult | types.InputRequiredResult:
@@ -971,6 +1011,9 @@ class Bridge:
         if isinstance(output, types.InputRequiredResult):
             return output
         return types.GetPromptResult.model_validate_json(output, by_name=False)
+
+
+_NO_COMPLETION: Final = types.CompleteResult(completion=types.Completion(values=[]))
 
 
 def _action_bytes(arguments: dict[str, Any]) -> bytes:

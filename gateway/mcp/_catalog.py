@@ -11,6 +11,9 @@ cannot be called with ``tools/call``; no upstream tool may have their names. The
 - ``mcp.resources.subscribe``: the same with ``"action": "resources/subscribe"``
 - ``mcp.prompts.get``: ``{"action": "prompts/get", "version": 1, "server": S, "prompt": P,
   "arguments": {name: text}}``
+- ``mcp.completion.complete``: ``{"action": "completion/complete", "version": 1, "server": S,
+  "ref": {"type": "ref/prompt", "name": P} or {"type": "ref/resource", "uri": T},
+  "argument": {"name": N, "value": V}, "context": {name: text}}``
 
 ``server`` is the configured name of the upstream the gateway routes the request to, and the
 action tool does exactly what its admitted arguments say. A denied request never reaches the
@@ -22,6 +25,8 @@ from __future__ import annotations
 
 import json
 from typing import Any, Final
+
+import mcp_types as types
 
 from gateway._contract import Invocation
 from gateway._definition import ToolDefinition
@@ -35,7 +40,8 @@ ACTION_CONTRACT_VERSION: Final = 1
 READ: Final = "mcp.resources.read"
 SUBSCRIBE: Final = "mcp.resources.subscribe"
 GET_PROMPT: Final = "mcp.prompts.get"
-assert {READ, SUBSCRIBE, GET_PROMPT} == ACTION_TOOL_NAMES  # noqa: S101 - one list of names
+COMPLETE: Final = "mcp.completion.complete"
+assert {READ, SUBSCRIBE, GET_PROMPT, COMPLETE} == ACTION_TOOL_NAMES  # noqa: S101 - one list
 _MAX_URI: Final = 8192
 
 
@@ -65,6 +71,53 @@ _PROMPT_SCHEMA: Final = {
     "required": ["action", "version", "server", "prompt", "arguments"],
     "additionalProperties": False,
 }
+
+
+_TEXT_MAP: Final = {"type": "object", "additionalProperties": {"type": "string"}}
+_COMPLETE_SCHEMA: Final = {
+    "type": "object",
+    "properties": {
+        "action": {"const": "completion/complete"},
+        "version": {"const": ACTION_CONTRACT_VERSION},
+        "server": {"type": "string"},
+        "ref": {
+            "oneOf": [
+                {
+                    "type": "object",
+                    "properties": {
+                        "type": {"const": "ref/prompt"},
+                        "name": {"type": "string", "minLength": 1},
+                    },
+                    "required": ["type", "name"],
+                    "additionalProperties": False,
+                },
+                {
+                    "type": "object",
+                    "properties": {
+                        "type": {"const": "ref/resource"},
+                        "uri": {"type": "string", "minLength": 1, "maxLength": _MAX_URI},
+                    },
+                    "required": ["type", "uri"],
+                    "additionalProperties": False,
+                },
+            ]
+        },
+        "argument": {
+            "type": "object",
+            "properties": {"name": {"type": "string"}, "value": {"type": "string"}},
+            "required": ["name", "value"],
+            "additionalProperties": False,
+        },
+        "context": _TEXT_MAP,
+    },
+    "required": ["action", "version", "server", "ref", "argument", "context"],
+    "additionalProperties": False,
+}
+
+
+def _remote_prompt(served: str, prefix: str) -> str:
+    # The front routes only prefixed names here; anything else is not this prompt.
+    return served[len(prefix) :] if served.startswith(prefix) else ""
 
 
 class ActionTool:
@@ -102,11 +155,18 @@ class ActionTool:
             elif action == "resources/subscribe":
                 await upstream.subscribe(arguments["uri"], on=True)
                 result = None
+            elif action == "completion/complete":
+                ref = arguments["ref"]
+                target: types.PromptReference | types.ResourceTemplateReference = (
+                    types.PromptReference(name=_remote_prompt(ref["name"], upstream.config.prefix))
+                    if ref["type"] == "ref/prompt"
+                    else types.ResourceTemplateReference(uri=ref["uri"])
+                )
+                result = await upstream.complete(
+                    target, arguments["argument"], arguments["context"] or None
+                )
             else:
-                served: str = arguments["prompt"]
-                prefix = upstream.config.prefix
-                # The front routes only prefixed names here; anything else is not this prompt.
-                remote = served[len(prefix) :] if served.startswith(prefix) else ""
+                remote = _remote_prompt(arguments["prompt"], upstream.config.prefix)
                 result = await upstream.get_prompt(remote, arguments["arguments"])
         except UpstreamRequestError as exc:
             raise Failure(
@@ -124,7 +184,7 @@ class ActionTool:
 
 
 def action_tools(upstreams: UpstreamSet) -> list[ActionTool]:
-    """The three action tools over these upstreams."""
+    """The action tools over these upstreams."""
     return [
         ActionTool(
             upstreams,
@@ -150,6 +210,15 @@ def action_tools(upstreams: UpstreamSet) -> list[ActionTool]:
                 GET_PROMPT,
                 _PROMPT_SCHEMA,
                 "Get a prompt of an upstream MCP server.",
+                imported=True,
+            ),
+        ),
+        ActionTool(
+            upstreams,
+            ToolDefinition(
+                COMPLETE,
+                _COMPLETE_SCHEMA,
+                "Complete an argument of a prompt or resource template of an upstream MCP server.",
                 imported=True,
             ),
         ),

@@ -72,7 +72,7 @@ _TOOL_FAILED: Final = "the upstream tool failed"
 _HTTP_SESSION_ERRORS: Final = frozenset({REQUEST_TIMEOUT, INTERNAL_ERROR, INVALID_REQUEST})
 #: Reserved for the gateway's resource and prompt actions (see gateway.mcp._catalog).
 ACTION_TOOL_NAMES: Final = frozenset(
-    {"mcp.resources.read", "mcp.resources.subscribe", "mcp.prompts.get"}
+    {"mcp.resources.read", "mcp.resources.subscribe", "mcp.prompts.get", "mcp.completion.complete"}
 )
 _NO_REQUEST: Final = "no client request of this upstream is in flight to answer this"
 _LOG_LEVEL_META: Final = "io.modelcontextprotocol/logLevel"
@@ -681,6 +681,15 @@ class Upstream:
     ) -> types.GetPromptResult:
         """``prompts/get`` upstream (see :meth:`request`)."""
         return await self.request(lambda client: client.get_prompt(remote_name, arguments))
+
+    async def complete(
+        self,
+        ref: types.PromptReference | types.ResourceTemplateReference,
+        argument: dict[str, str],
+        context: dict[str, str] | None,
+    ) -> types.CompleteResult:
+        """``completion/complete`` upstream (see :meth:`request`)."""
+        return await self.request(lambda client: client.complete(ref, argument, context))
 
     async def subscribe(self, uri: str, *, on: bool) -> None:
         """``resources/subscribe`` (``on``) or ``resources/unsubscribe`` upstream."""

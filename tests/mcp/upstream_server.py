@@ -345,6 +345,15 @@ def build_server(record: Path, variant: Path | None = None) -> Server[Any]:
         message = {"role": "user", "content": {"type": "text", "text": text}}
         return types.GetPromptResult.model_validate({"messages": [message]})
 
+    async def complete(
+        ctx: ServerRequestContext[Any, Any], params: types.CompleteRequestParams
+    ) -> types.CompleteResult:
+        ref = params.ref
+        name = ref.name if isinstance(ref, types.PromptReference) else ref.uri
+        _record(record, {"event": "complete", "ref": name, "argument": params.argument.name})
+        values = [v for v in ("q1", "q2", "q3", "x9") if v.startswith(params.argument.value)]
+        return types.CompleteResult(completion=types.Completion(values=values, total=len(values)))
+
     async def set_level(
         ctx: ServerRequestContext[Any, Any], params: types.SetLevelRequestParams
     ) -> types.EmptyResult:
@@ -363,6 +372,7 @@ def build_server(record: Path, variant: Path | None = None) -> Server[Any]:
         on_unsubscribe_resource=unsubscribe,
         on_list_prompts=list_prompts,
         on_get_prompt=get_prompt,
+        on_completion=complete,
     )
     server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, set_level)
     return server

@@ -25,6 +25,14 @@ test_reader_gets_a_listed_prompt if {
 	fx.allowed(fx.as_role("reader", "mcp.prompts.get", prompt("summarize", {"topic": "q3"})))
 }
 
+complete(name) := {"action": "completion/complete", "version": 1, "server": "files", "ref": {"type": "ref/prompt", "name": name}, "argument": {"name": "topic", "value": "q"}, "context": {}}
+
+test_a_completion_is_granted_to_no_role_by_the_shipped_data if {
+	every role in ["reader", "writer", "admin"] {
+		not fx.allowed(fx.as_role(role, "mcp.completion.complete", complete("summarize")))
+	}
+}
+
 test_another_tenants_resource_is_denied if {
 	d := fx.as_role("reader", "mcp.resources.read", read("file:///srv/tenants/globex/payroll.txt"))
 	fx.has_message(d, "the resource is not allowed")
