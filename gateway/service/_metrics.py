@@ -121,6 +121,7 @@ class GatewayMetrics:
         )
         if cache is not None:
             self.registry.register(_CacheCollector(cache))
+        self._by_code: dict[str, tuple[Any, Any]] = {}
 
     def watch_audit(self, sink: Any) -> None:
         """Export the audit sink's pending records (``gateway_audit_pending_records``)."""
@@ -141,8 +142,12 @@ class GatewayMetrics:
 
     def observe(self, code: str, seconds: float) -> None:
         """Count one call."""
-        self.calls.labels(code).inc()
-        self.latency.labels(code).observe(seconds)
+        # The children of each code, bound once: no label lookup (and its lock) per call.
+        children = self._by_code.get(code)
+        if children is None:
+            children = self._by_code[code] = (self.calls.labels(code), self.latency.labels(code))
+        children[0].inc()
+        children[1].observe(seconds)
 
     def render(self) -> bytes:
         """The text exposition format."""
@@ -162,6 +167,8 @@ class TimedAuthorizer:
         self._inner = inner
         self._histogram = metrics.decision_latency
         self._engine = engine
+        # The histogram's child per (source, result), bound once.
+        self._children: dict[tuple[str, str], Any] = {}
 
     @property
     def inner(self) -> Authorizer:
@@ -185,4 +192,9 @@ class TimedAuthorizer:
         return answer
 
     def _observe(self, source: str, result: str, started: float) -> None:
-        self._histogram.labels(self._engine, source, result).observe(time.perf_counter() - started)
+        child = self._children.get((source, result))
+        if child is None:
+            child = self._children[source, result] = self._histogram.labels(
+                self._engine, source, result
+            )
+        child.observe(time.perf_counter() - started)

@@ -15,8 +15,9 @@ trail and the response, and the policy never sees it.
 from __future__ import annotations
 
 import logging
+import os
+import random
 import re
-import uuid
 from collections.abc import Callable, Collection, Mapping
 from typing import Any, Final
 
@@ -48,12 +49,24 @@ AUTHENTICATION_REQUIRED: Final = "authentication required"
 OnRefusal = Callable[[Scope], None]
 
 
+# Request ids need to be distinct, not secret (a caller may choose its own): 128 bits from a
+# generator seeded by the OS, not a system call per request as uuid4 makes; reseeded in a
+# forked child so that two processes never share a sequence.
+_IDS: Final = random.Random(os.urandom(32))  # noqa: S311 - uniqueness, not secrecy
+os.register_at_fork(after_in_child=lambda: _IDS.seed(os.urandom(32)))
+
+
+def new_request_id() -> str:
+    """A fresh request id: 32 hexadecimal digits (128 random bits)."""
+    return f"{_IDS.getrandbits(128):032x}"
+
+
 def request_id_of(headers: Mapping[str, str], *, new_id: Callable[[], str] | None = None) -> str:
     """The caller's ``X-Request-ID`` when it fits :data:`REQUEST_ID_PATTERN`, else a new id."""
     given = headers.get("x-request-id")
     if given is not None and REQUEST_ID_PATTERN.fullmatch(given):
         return given
-    return new_id() if new_id is not None else uuid.uuid4().hex
+    return new_id() if new_id is not None else new_request_id()
 
 
 def error_body(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +32,12 @@ from gateway.service import (
 )
 from gateway.service._auth import API_KEYS_ONLY
 from gateway.service._config import JwtConfig
-from gateway.service._middleware import API_KEY_CHALLENGE, REQUEST_ID_PATTERN, WWW_AUTHENTICATE
+from gateway.service._middleware import (
+    API_KEY_CHALLENGE,
+    REQUEST_ID_PATTERN,
+    WWW_AUTHENTICATE,
+    new_request_id,
+)
 from gateway.testing import RecordingAuthorizer
 
 PACKAGE = Path(__file__).resolve().parents[2] / "gateway"
@@ -234,3 +241,24 @@ async def test_where_bearer_tokens_are_taken_the_challenge_is_bearer() -> None:
     assert response.status_code == 401
     assert response.headers["www-authenticate"].startswith(WWW_AUTHENTICATE)
     assert response.json()["message"] == "authentication required"
+
+
+def test_fresh_request_ids_are_32_hex_digits_and_distinct() -> None:
+    ids = {new_request_id() for _ in range(10_000)}
+
+    assert len(ids) == 10_000
+    assert all(re.fullmatch(r"[0-9a-f]{32}", found) for found in ids)
+
+
+def test_a_forked_process_does_not_repeat_its_parents_request_ids() -> None:
+    reader, writer = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child
+        os.write(writer, new_request_id().encode())
+        os._exit(0)
+    os.close(writer)
+    os.waitpid(child, 0)
+    theirs = os.read(reader, 64).decode()
+    os.close(reader)
+
+    assert theirs != new_request_id()
