@@ -11,8 +11,10 @@ client. The upstream side uses it for:
   them (``logging/setLevel`` before 2026-07-28, the request's ``_meta`` log level since), at or
   above the level it asked for;
 - the upstream's requests to its client (``sampling/createMessage``, ``elicitation/create``,
-  ``roots/list``), as server-to-client requests on that client request's stream, with the
-  client's answer relayed back; refused when the client did not offer the capability.
+  ``roots/list``), as server-to-client requests on that client request's stream (a client of
+  a handshake revision) or as the request's ``InputRequiredResult`` (a 2026-07-28 client, see
+  :class:`gateway.mcp._bridge.InputRounds`), with the client's answer relayed back; refused
+  when the client did not offer the capability.
 
 Attribution never guesses: an upstream message reaches a client only when it belongs to that
 client's request in flight: by its progress token, by arriving in the request's own task (the

@@ -1,7 +1,7 @@
 """``completion/complete``: forwarded to the upstream serving the prompt or resource template,
 decided by the policy as the action ``mcp.completion.complete`` (the shipped policies grant
 it to no one). End to end: the service under uvicorn, the SDK client, the test upstream as a
-stdio subprocess of either revision.
+stdio subprocess (2026-07-28).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from tests.mcp.conftest import ConfigWriter, audit_records
 from tests.mcp.test_bridge import connect, served
 from tests.mcp.upstream_server import read_record
 
-ERAS = pytest.mark.parametrize("era", ["", "legacy"], ids=["upstream-2026", "upstream-2025"])
 TEMPLATE = "file:///srv/tenants/{tenant}/{name}"
 
 
@@ -30,13 +29,10 @@ def allow_all(tmp_path: Path) -> Path:
     return folder
 
 
-@ERAS
 async def test_an_allowed_completion_is_the_upstreams_answer_for_its_prompt_or_template(
-    write_config: ConfigWriter, record: Path, allow_all: Path, era: str
+    write_config: ConfigWriter, record: Path, allow_all: Path
 ) -> None:
-    config = write_config(
-        stdio_context=None, era=era, policies=allow_all, decision_path="relay/decision"
-    )
+    config = write_config(stdio_context=None, policies=allow_all, decision_path="relay/decision")
     async with served(config) as url, connect(url, mode="2026-07-28") as client:
         prompt = await client.complete(
             types.PromptReference(name="summarize"), {"name": "topic", "value": "q"}

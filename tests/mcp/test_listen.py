@@ -112,8 +112,9 @@ async def test_a_listen_stream_is_not_told_of_a_list_it_did_not_ask_for() -> Non
         assert answer["id"] == 2
 
 
-async def test_resource_subscriptions_in_a_listen_filter_are_not_acknowledged() -> None:
-    # A subscription to a resource is the policy's decision (mcp.resources.subscribe).
+async def test_a_listen_filter_naming_a_resource_no_upstream_serves_is_not_acknowledged() -> None:
+    # A subscription to a resource is the policy's decision (mcp.resources.subscribe), of a
+    # resource an upstream serves (this front has none).
     async with _served(_front()) as wire:
         wire.send(_listen(3, toolsListChanged=True, resourceSubscriptions=["file:///etc/x"]))
         ack = await wire.next()
