@@ -210,12 +210,14 @@ class ConsoleApp:
             undefined=jinja2.StrictUndefined,
         )
         self._css = (_HERE / "static" / "console.css").read_bytes()
+        self._icon = (_HERE / "static" / "favicon.svg").read_bytes()
         p = self.prefix
         self._app = Starlette(
             routes=[
                 Route(p, self.home, methods=["GET"]),
                 Route(p + "/", self.home, methods=["GET"]),
                 Route(p + "/static/console.css", self.css, methods=["GET"]),
+                Route(p + "/static/favicon.svg", self.icon, methods=["GET"]),
                 Route(p + "/login", self.login_form, methods=["GET"]),
                 Route(p + "/login", self.login, methods=["POST"]),
                 Route(p + "/logout", self.logout, methods=["POST"]),
@@ -307,14 +309,18 @@ class ConsoleApp:
 
     def _same_origin(self, request: Request) -> bool:
         # Every POST must name this console's own origin: browsers send Origin on every
-        # form POST; a request without one is not taken.
+        # form POST; a request without one is not taken. Under `Referrer-Policy:
+        # no-referrer` Chromium sends `Origin: null` even for its own form: then the
+        # browser's own Sec-Fetch-Site (a header no page can set) must say same-origin.
         origin = request.headers.get("origin")
         host = request.headers.get("host")
+        site = request.headers.get("sec-fetch-site")
         if not origin or not host:
             return False
+        if origin == "null":
+            return site == "same-origin"
         if origin != f"{request.url.scheme}://{host}":
             return False
-        site = request.headers.get("sec-fetch-site")
         return site is None or site == "same-origin"
 
     def _login_token(self, nonce: str) -> str:
@@ -333,6 +339,10 @@ class ConsoleApp:
     async def css(self, request: Request) -> Response:
         """The one stylesheet."""
         return Response(self._css, media_type="text/css")
+
+    async def icon(self, request: Request) -> Response:
+        """The page icon (so that the browser asks for no /favicon.ico)."""
+        return Response(self._icon, media_type="image/svg+xml")
 
     def _login_page(self, request: Request, *, error: str | None, status: int = 200) -> Response:
         nonce = secrets.token_urlsafe(24)

@@ -18,6 +18,7 @@ from gateway.console import ConsoleApp, SessionStore, TrailReader, console_roles
 from gateway.service import Authenticator
 from gateway.service._config import ApiKey, AuthConfig
 from gateway.testing import FakeClock
+from tests.server.conftest import opa_binary  # the browser tests' policy compiler
 
 TREASURER: Final = "test-key-tina"
 AUDITOR: Final = "test-key-anna"
@@ -148,3 +149,6 @@ def sign_in(client: TestClient, credential: str, *, origin: str = ORIGIN) -> Any
         data={"credential": credential, "csrf": csrf_of(page.text)},
         headers={"Origin": origin},
     )
+
+
+__all__ = ["opa_binary"]
