@@ -24,11 +24,14 @@ TREASURER: Final = "test-key-tina"
 AUDITOR: Final = "test-key-anna"
 CLERK: Final = "test-key-clerk"
 STRANGER: Final = "test-key-theo"
+#: An auditor of the console (by role) whose context also holds the approvals' role.
+TESS: Final = "test-key-tess"
 KEYS: Final = {
     TREASURER: {"subject": "tina", "roles": ["treasurer"]},
     AUDITOR: {"subject": "anna", "roles": ["auditor"]},
     CLERK: {"subject": "carl", "roles": ["clerk"]},
     STRANGER: {"subject": "theo", "roles": []},
+    TESS: {"subject": "tess", "roles": ["treasurer", "compliance"]},
 }
 #: A card number the trail masks: no page may ever show it.
 SENTINEL: Final = "4111111111111111"
@@ -108,7 +111,10 @@ class Console:
 
 
 @pytest.fixture
-def console(tmp_path: Path) -> Iterator[Console]:
+def console(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Console]:
+    roles = getattr(request, "param", None) or console_roles(
+        approver_roles=["treasurer"], auditors=["anna"]
+    )
     wall = FakeClock(WALL_START)
     session_clock = FakeClock()
     trail_path = tmp_path / "audit.jsonl"
@@ -118,7 +124,7 @@ def console(tmp_path: Path) -> Iterator[Console]:
     masker = Masker()
     app = ConsoleApp(
         authenticator=authenticator(),
-        roles=console_roles(approver_roles=["treasurer"], auditors=["anna"]),
+        roles=roles,
         sessions=SessionStore(
             idle_timeout_s=900, max_age_s=3600, max_sessions=10, clock=session_clock
         ),

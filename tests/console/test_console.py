@@ -11,13 +11,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.approvals import APPROVED, PENDING, REJECTED
-from gateway.console import SECURITY_HEADERS
+from gateway.console import SECURITY_HEADERS, console_roles
 from tests.console.conftest import (
     AUDITOR,
     CLERK,
     ORIGIN,
     SENTINEL,
     STRANGER,
+    TESS,
     TREASURER,
     Console,
     csrf_of,
@@ -293,6 +294,28 @@ def test_an_auditors_forged_decision_is_refused_and_decides_nothing(
     assert response.status_code == 403
     assert console.store.get("apr_one").status == PENDING  # type: ignore[union-attr]
     assert not [r for r in console.records() if r.get("event") in ("approved", "rejected")]
+
+
+@pytest.mark.parametrize(
+    "console", [console_roles(approvers=["tina"], auditor_roles=["compliance"])], indirect=True
+)
+def test_a_console_auditor_who_holds_the_approvals_role_still_cannot_decide(
+    console: Console,
+) -> None:
+    console.pending()
+    client = console.client()
+    sign_in(client, TESS)
+    page = client.get("/console/approvals/apr_one").text
+    assert 'name="action"' not in page
+
+    response = client.post(
+        "/console/approvals/apr_one",
+        data={"action": "approve", "comment": "forged", "csrf": csrf_of(page)},
+        headers={"Origin": ORIGIN},
+    )
+
+    assert response.status_code == 403
+    assert console.store.get("apr_one").status == PENDING  # type: ignore[union-attr]
 
 
 def test_an_approver_never_decides_their_own_call(console: Console) -> None:
