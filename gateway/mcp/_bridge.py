@@ -256,15 +256,20 @@ class _Question:
 class _WaitingCall:
     """A request of a 2026-07-28 client whose upstream call waits for the client's inputs.
 
-    ``binding`` is what a retry must match: the method, the principal (and the transport's
-    session), the target (tool, resource or prompt) and a digest of the arguments.
+    :meth:`binding` is what a retry must match: the method, the principal (and the
+    transport's session), the target (tool, resource or prompt) and a digest of the
+    arguments; worked out only when the call first waits (most calls never do).
     """
 
-    binding: tuple[str, str, str, str]
+    make_binding: Callable[[], tuple[str, str, str, str]]
     relay: _RoundRelay
     task: asyncio.Task[Any] | None = None
     questions: dict[str, _Question] = field(default_factory=dict)
-    asked: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Whether questions arrived (or stayed unanswered) since the last round was answered.
+    pending: bool = False
+    #: Resolved when the call completes or a question arrives (while a round is served).
+    wake: asyncio.Future[None] | None = None
+    bound: tuple[str, str, str, str] | None = None
     rounds: int = 0
     serial: int = 0
     expires: float = 0.0
@@ -276,11 +281,23 @@ class _WaitingCall:
         key = f"{request.method.replace('/', '-')}-{self.serial}"
         question = _Question(request, result_type, asyncio.get_running_loop().create_future())
         self.questions[key] = question
-        self.asked.set()
+        self.pending = True
+        self.signal()
         try:
             return await question.future
         finally:
             self.questions.pop(key, None)
+
+    def binding(self) -> tuple[str, str, str, str]:
+        """What a retry must match (see the class)."""
+        if self.bound is None:
+            self.bound = self.make_binding()
+        return self.bound
+
+    def signal(self, _: object = None) -> None:
+        """Wake the round being served (the call completed, or asks)."""
+        if self.wake is not None and not self.wake.done():
+            self.wake.set_result(None)
 
     def refuse_all(self, message: str) -> None:
         """Answer every open question with an error (the upstream is refused)."""
@@ -402,7 +419,7 @@ class InputRounds:
         ctx: ServerRequestContext[Any, Any],
         relay: _RoundRelay,
         start: Callable[[], Coroutine[Any, Any, _R]],
-        binding: tuple[str, str, str, str],
+        binding: Callable[[], tuple[str, str, str, str]],
     ) -> _R | types.InputRequiredResult:
         """Serve the first round of a request: start its call and answer a result or a round."""
         call = _WaitingCall(binding, relay)
@@ -412,6 +429,7 @@ class InputRounds:
             call.task = asyncio.get_running_loop().create_task(start())
         finally:
             DOWNSTREAM.reset(token)
+        call.task.add_done_callback(call.signal)
         result: _R | types.InputRequiredResult = await self._step(call)
         return result
 
@@ -433,7 +451,7 @@ class InputRounds:
             self._expire(state)
             call = None
         if call is None or not secrets.compare_digest(
-            json.dumps(call.binding), json.dumps(binding)
+            json.dumps(call.binding()), json.dumps(binding)
         ):
             _LOG.warning(
                 "MCP %s: a requestState was refused (unknown, expired or not its request)",
@@ -467,23 +485,26 @@ class InputRounds:
         for key, answer in answers.items():
             call.questions[key].future.set_result(answer)
         if any(not question.future.done() for question in call.questions.values()):
-            call.asked.set()  # what was not answered is asked again
+            call.pending = True  # what was not answered is asked again
         call.relay.serve(ctx)
         return await self._step(call)
 
     async def _step(self, call: _WaitingCall) -> Any:
         task = call.task
         assert task is not None  # noqa: S101 - started by run
+        loop = asyncio.get_running_loop()
         try:
             while True:
-                asked = asyncio.ensure_future(call.asked.wait())
-                try:
-                    await asyncio.wait({task, asked}, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    asked.cancel()
                 if task.done():
                     return task.result()
-                call.asked.clear()
+                if not call.pending:
+                    call.wake = loop.create_future()
+                    try:
+                        await call.wake
+                    finally:
+                        call.wake = None
+                    continue
+                call.pending = False
                 open_questions = {
                     key: question
                     for key, question in call.questions.items()
@@ -494,7 +515,7 @@ class InputRounds:
                 refusal = self._refusal(call)
                 if refusal is not None:
                     _LOG.info(
-                        "MCP %s: an upstream request was refused: %s", call.binding[0], refusal
+                        "MCP %s: an upstream request was refused: %s", call.binding()[0], refusal
                     )
                     call.refuse_all(refusal)
                     continue
@@ -513,8 +534,8 @@ class InputRounds:
             return "too many rounds of input for one request"
         if len(self._waiting) >= MAX_WAITING_CALLS:
             return "too many requests wait for their clients' input"
-        principal = call.binding[1]
-        held = sum(1 for waiting in self._waiting.values() if waiting.binding[1] == principal)
+        principal = call.binding()[1]
+        held = sum(1 for waiting in self._waiting.values() if waiting.binding()[1] == principal)
         if held >= MAX_WAITING_PER_PRINCIPAL:
             return "too many requests of this caller wait for its input"
         return None
@@ -540,7 +561,7 @@ class InputRounds:
         if call.expiry is not None:
             call.expiry.cancel()
         _LOG.info(
-            "MCP %s: a call waiting for its client's input expired; cancelled", call.binding[0]
+            "MCP %s: a call waiting for its client's input expired; cancelled", call.binding()[0]
         )
         call.refuse_all("the client did not answer in time")
         if call.task is not None:
@@ -709,17 +730,23 @@ class Bridge:
         ``requestState``, goes on with the call it names) and gets its result or an
         ``InputRequiredResult``.
         """
-        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS or (
+            self._upstreams is None and params.request_state is None
+        ):
+            # A handshake client is asked on its request's stream; without upstreams nothing
+            # can ask (a request state is still refused below, as no call waits).
             with self.relay(ctx):
                 return await start()
-        binding = InputRounds.binding(ctx, target, arguments)
         if params.request_state is not None:
+            binding = InputRounds.binding(ctx, target, arguments)
             resumed: _R | types.InputRequiredResult = await self.rounds.resume(
                 ctx, binding, params.request_state, params.input_responses
             )
             return resumed
         relay = _RoundRelay(ctx, self._level_for(ctx))
-        return await self.rounds.run(ctx, relay, start, binding)
+        return await self.rounds.run(
+            ctx, relay, start, lambda: InputRounds.binding(ctx, target, arguments)
+        )
 
     async def _set_level(
         self, ctx: ServerRequestContext[Any, Any], params: types.SetLevelRequestParams

@@ -226,8 +226,12 @@ async def _asking(times: int, answers: list[Any]) -> str:
 
 
 async def _start(rounds: InputRounds, ctx: Any, times: int, answers: list[Any]) -> Any:
-    binding = InputRounds.binding(ctx, "ask", b"{}")
-    return await rounds.run(ctx, _RoundRelay(ctx, None), lambda: _asking(times, answers), binding)
+    return await rounds.run(
+        ctx,
+        _RoundRelay(ctx, None),
+        lambda: _asking(times, answers),
+        lambda: InputRounds.binding(ctx, "ask", b"{}"),
+    )
 
 
 async def _answer(rounds: InputRounds, ctx: Any, result: Any) -> Any:
