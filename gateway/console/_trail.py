@@ -195,7 +195,7 @@ class TrailReader:
                     unreadable += 1
                     continue
                 records.append(self._shown(record))
-        records.sort(key=lambda r: _text(r.get("time")), reverse=True)
+        records.sort(key=_order, reverse=True)
         return records[: self._limit], unreadable
 
     def _shown(self, record: dict[str, Any]) -> dict[str, Any]:
@@ -256,6 +256,22 @@ def _reason(error: str) -> str:
     # The verifier names "path:line: problem"; the console shows the problem alone.
     parts = error.split(": ", 1)
     return parts[1] if len(parts) == 2 else "see gateway audit verify"
+
+
+_EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
+
+def _order(record: dict[str, Any]) -> tuple[datetime.datetime, int]:
+    # By the time written (parsed: "10:00:00+00:00" and "10:00:00.5+00:00" compare as
+    # times, not text), then by the record's number in its chain.
+    try:
+        moment = datetime.datetime.fromisoformat(_text(record.get("time")))
+    except ValueError:
+        moment = _EPOCH
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    seq = record.get("seq")
+    return moment, seq if isinstance(seq, int) and not isinstance(seq, bool) else 0
 
 
 def _record(line: bytes) -> dict[str, Any] | None:

@@ -684,3 +684,19 @@ def test_the_replay_view_counts_shadow_flips_by_tool_and_direction(console: Cons
     assert "<code>pay</code></th><td>2</td><td>0</td>" in page
     assert "dec_s0" in page
     assert "3 would change" in page
+
+
+def test_a_decisions_records_read_in_the_order_they_happened(console: Console) -> None:
+    for record in (
+        {"type": "decision", "time": "2026-06-01T10:00:00.250000+00:00", "decision_id": "d1"},
+        {"type": "approval", "time": "2026-06-01T10:00:01+00:00", "decision_id": "d1"},
+        {"type": "outcome", "time": "2026-06-01T10:00:01.5+00:00", "decision_id": "d1"},
+    ):
+        console.sink.submit(record).result(5)
+    client = console.client()
+    sign_in(client, AUDITOR)
+
+    page = client.get("/console/decisions/d1").text
+
+    assert page.index("decision record") < page.index("approval record")
+    assert page.index("approval record") < page.index("outcome record")
