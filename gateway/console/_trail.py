@@ -262,8 +262,9 @@ _EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
 def _order(record: dict[str, Any]) -> tuple[datetime.datetime, int]:
-    # By the time written (parsed: "10:00:00+00:00" and "10:00:00.5+00:00" compare as
-    # times, not text), then by the record's number in its chain.
+    # By the second written (parsed, not compared as text; approval records carry whole
+    # seconds, decision records microseconds), then by the record's number in its chain:
+    # within one writer's chain, the order it wrote them.
     try:
         moment = datetime.datetime.fromisoformat(_text(record.get("time")))
     except ValueError:
@@ -271,7 +272,9 @@ def _order(record: dict[str, Any]) -> tuple[datetime.datetime, int]:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=datetime.UTC)
     seq = record.get("seq")
-    return moment, seq if isinstance(seq, int) and not isinstance(seq, bool) else 0
+    return moment.replace(microsecond=0), seq if isinstance(seq, int) and not isinstance(
+        seq, bool
+    ) else 0
 
 
 def _record(line: bytes) -> dict[str, Any] | None:

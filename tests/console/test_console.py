@@ -688,9 +688,9 @@ def test_the_replay_view_counts_shadow_flips_by_tool_and_direction(console: Cons
 
 def test_a_decisions_records_read_in_the_order_they_happened(console: Console) -> None:
     for record in (
-        {"type": "decision", "time": "2026-06-01T10:00:00.250000+00:00", "decision_id": "d1"},
+        {"type": "decision", "time": "2026-06-01T10:00:01.250000+00:00", "decision_id": "d1"},
         {"type": "approval", "time": "2026-06-01T10:00:01+00:00", "decision_id": "d1"},
-        {"type": "outcome", "time": "2026-06-01T10:00:01.5+00:00", "decision_id": "d1"},
+        {"type": "outcome", "time": "2026-06-01T10:00:01.500000+00:00", "decision_id": "d1"},
     ):
         console.sink.submit(record).result(5)
     client = console.client()
