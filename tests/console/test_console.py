@@ -700,3 +700,36 @@ def test_a_decisions_records_read_in_the_order_they_happened(console: Console) -
 
     assert page.index("decision record") < page.index("approval record")
     assert page.index("approval record") < page.index("outcome record")
+
+
+def test_a_bearer_token_signs_in_and_its_session_ends_when_the_token_expires() -> None:
+    import time
+
+    import jwt as pyjwt
+    from starlette.testclient import TestClient
+
+    from gateway.console import ConsoleApp, SessionStore
+    from gateway.service import Authenticator
+    from gateway.service._config import AuthConfig, JwtConfig
+    from gateway.testing import FakeClock
+
+    secret = b"a-console-test-jwt-secret-of-32-bytes!"
+    authenticator = Authenticator(
+        AuthConfig(jwt=JwtConfig(algorithms=("HS256",), secret=secret, issuer="idp", audience="gw"))
+    )
+    clock = FakeClock()
+    app = ConsoleApp(
+        authenticator=authenticator,
+        roles=console_roles(approver_roles=["treasurer"]),
+        sessions=SessionStore(idle_timeout_s=900, max_age_s=3600, max_sessions=5, clock=clock),
+    )
+    claims = {"sub": "tina", "roles": ["treasurer"], "iss": "idp", "aud": "gw"}
+    token = pyjwt.encode({**claims, "exp": int(time.time()) + 300}, secret, algorithm="HS256")
+    client = TestClient(app, base_url=ORIGIN, follow_redirects=False)
+
+    assert sign_in(client, token).status_code == 303
+    assert client.get("/console/approvals").status_code == 200
+    clock.advance(301)
+    assert client.get("/console/approvals").status_code == 303
+    forged = pyjwt.encode({**claims, "exp": int(time.time()) + 300}, b"x" * 32, algorithm="HS256")
+    assert sign_in(TestClient(app, base_url=ORIGIN), forged).status_code == 401
