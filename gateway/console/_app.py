@@ -449,11 +449,14 @@ class ConsoleApp:
         every = await asyncio.to_thread(self._store.all)
         return [a for a in every if a.state(now) == PENDING]
 
-    def _requested(self, approval_id: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    def _records(self) -> list[dict[str, Any]]:
+        return [] if self._trail is None else self._trail.recent()[0]
+
+    @staticmethod
+    def _requested(
+        approval_id: str, records: list[dict[str, Any]]
+    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
         # The audit records of an approval's request and of the decision that asked for it.
-        if self._trail is None:
-            return None, None
-        records, _ = self._trail.recent()
         request = next(
             (
                 r
@@ -476,8 +479,10 @@ class ConsoleApp:
         )
         return request, decision
 
-    def _approval_row(self, approval: Approval, now: float) -> dict[str, Any]:
-        request, decision = self._requested(approval.id)
+    def _approval_row(
+        self, approval: Approval, now: float, records: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        request, decision = self._requested(approval.id, records)
         return {
             "id": approval.id,
             "tool": approval.key.tool,
@@ -503,7 +508,8 @@ class ConsoleApp:
         now = self._wall()
         try:
             pending = await self._pending()
-            rows = [self._approval_row(a, now) for a in pending]
+            records = await asyncio.to_thread(self._records) if pending else []
+            rows = [self._approval_row(a, now, records) for a in pending]
         except Exception:  # noqa: BLE001 - sealed
             _LOG.exception("console: approvals cannot be read")
             return self._render(
@@ -545,7 +551,7 @@ class ConsoleApp:
             "approval.html",
             session,
             400 if error else 200,
-            row=self._approval_row(approval, now),
+            row=self._approval_row(approval, now, await asyncio.to_thread(self._records)),
             state=state,
             decided_by=approval.decided_by,
             may_decide=may_decide,
