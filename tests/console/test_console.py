@@ -733,3 +733,17 @@ def test_a_bearer_token_signs_in_and_its_session_ends_when_the_token_expires() -
     assert client.get("/console/approvals").status_code == 303
     forged = pyjwt.encode({**claims, "exp": int(time.time()) + 300}, b"x" * 32, algorithm="HS256")
     assert sign_in(TestClient(app, base_url=ORIGIN), forged).status_code == 401
+
+
+def test_the_shipped_pages_reference_nothing_outside_the_console() -> None:
+    import re
+
+    import gateway.console
+
+    folder = Path(gateway.console.__file__).parent
+    shipped = [*folder.glob("templates/*.html"), *folder.glob("static/*"), folder / "_chart.py"]
+    for path in shipped:
+        text = path.read_text(encoding="utf-8").replace("http://www.w3.org/2000/svg", "")
+        assert not re.search(r"(?i)(https?:)?//[a-z0-9]", text), path.name
+        assert "<script" not in text.lower(), path.name
+        assert "@import" not in text, path.name
