@@ -121,7 +121,7 @@ DEFAULT_LIMITS: Final = AdmissionLimits()
 
 class _ContractState:
     # The frozen identity every Invocation is checked against. Deliberately holds no tool.
-    __slots__ = ("definition", "limits", "schema", "validator")
+    __slots__ = ("definition", "limits", "schema", "valid", "validator")
 
     def __init__(
         self,
@@ -134,6 +134,29 @@ class _ContractState:
         self.schema = schema
         self.validator = validator
         self.limits = limits
+        # Argument documents (their exact bytes, small ones) that satisfied the schema:
+        # agents repeat them, and the same bytes always decode to the same value, so the
+        # schema is not asked again. Only a pass is remembered; bounded (emptied when full).
+        self.valid: dict[bytes, None] = {}
+
+    def satisfies_schema(self, raw: bytes, value: _json.JSONValue) -> None:
+        """Validate ``value`` (decoded from ``raw``) against the schema, remembering a pass.
+
+        Raises:
+            ValueError: the schema refuses it (see ``CompiledSchema.validate``).
+        """
+        if raw in self.valid:
+            return
+        self.schema.validate(value)
+        if len(raw) <= _SCHEMA_MEMO_MAX_BYTES:
+            if len(self.valid) >= _SCHEMA_MEMO_ENTRIES:
+                self.valid.clear()
+            self.valid[raw] = None
+
+
+#: How many argument documents that satisfied a tool's schema are remembered, and how large.
+_SCHEMA_MEMO_ENTRIES: Final = 1024
+_SCHEMA_MEMO_MAX_BYTES: Final = 4096
 
 
 _TOKEN: Final = object()
@@ -257,7 +280,7 @@ class Contract:
                 f"arguments: value must be one valid RFC 7493 JSON document ({exc})"
             ) from None
         try:
-            state.schema.validate(value)
+            state.satisfies_schema(raw, value)
         except Exception as exc:  # noqa: BLE001 - any validator failure (even a decimal error) refuses
             raise InvalidInvocationError.because(f"arguments: {exc}") from None
         if state.validator is not None:
