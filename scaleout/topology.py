@@ -26,11 +26,9 @@ from pathlib import Path
 from typing import Any, Final
 
 import httpx
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
 
 from gateway.policy import build_bundle
-from gateway.testing import find_opa_binary
+from gateway.testing import find_opa_binary, write_rsa_key_pair
 from gateway.testing._netns import Host, Network
 from gateway.testing._redis_server import find_redis_binary
 
@@ -47,24 +45,6 @@ POLL_S: Final = 1.0
 ANCHOR_S: Final = 1.0
 CALL: Final = {"name": "add", "arguments": {"a": 2, "b": 3}}
 START_S: Final = 120.0
-
-
-def _pem_pair(folder: Path, name: str) -> tuple[Path, Path]:
-    private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    private_path, public_path = folder / f"{name}.pem", folder / f"{name}.pub.pem"
-    private_path.write_bytes(
-        private.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    public_path.write_bytes(
-        private.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
-    )
-    return private_path, public_path
 
 
 @dataclass
@@ -321,8 +301,8 @@ def build(engines: tuple[str, ...] = ("embedded", "embedded", "opa")) -> Topolog
         hosts = [network.host(f"replica{index + 1}") for index in range(len(engines))]
         keys = work / "keys"
         keys.mkdir()
-        signing_key, public_key = _pem_pair(keys, "signing")
-        wrong_key, _ = _pem_pair(keys, "wrong")
+        signing_key, public_key = write_rsa_key_pair(keys, "signing")
+        wrong_key, _ = write_rsa_key_pair(keys, "wrong")
         api_key = secrets.token_urlsafe(32)
         digest = hashlib.sha256(api_key.encode()).hexdigest()
         (work / "served").mkdir()

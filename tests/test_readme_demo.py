@@ -12,14 +12,13 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
+
+from gateway.testing import free_port, wait_until_healthy
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -49,13 +48,6 @@ def matches(promised: str, printed: str) -> bool:
     return re.fullmatch(pattern, printed) is not None
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 def test_the_quick_start_block_has_commands_with_their_output() -> None:
     commands = quick_start_commands()
     assert len(commands) == 6
@@ -69,7 +61,7 @@ def test_the_quick_start_commands_answer_as_the_readme_shows(tmp_path: Path) -> 
     shutil.copytree(ROOT / "examples", tmp_path / "examples")
     (tmp_path / "bundles").symlink_to(ROOT / "bundles")
     (tmp_path / ".venv").symlink_to(Path(sys.executable).resolve().parent.parent)
-    port = _free_port()
+    port = free_port()
     log = tmp_path / "serve.log"
     with log.open("wb") as output:
         server = subprocess.Popen(
@@ -90,16 +82,7 @@ def test_the_quick_start_commands_answer_as_the_readme_shows(tmp_path: Path) -> 
             stderr=subprocess.STDOUT,
         )
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert server.poll() is None, log.read_text(encoding="utf-8")
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "gateway serve did not become healthy"
-            time.sleep(0.05)
+        wait_until_healthy(f"http://127.0.0.1:{port}", server, log=log, timeout=60)
         for written, promised in quick_start_commands():
             command = written.replace("127.0.0.1:8080", f"127.0.0.1:{port}")
             if command.startswith(".venv/bin/gateway "):

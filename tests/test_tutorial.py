@@ -14,7 +14,6 @@ import json
 import os
 import re
 import shlex
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from gateway.testing import find_opa_binary
+from gateway.testing import find_opa_binary, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 TUTORIAL = ROOT / "docs" / "tutorial.md"
@@ -97,13 +96,6 @@ def apply_edit(folder: Path, step: Step) -> None:
         path.write_text(text.replace(block, "\n".join(new) + "\n"), encoding="utf-8")
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 @pytest.fixture
 def background() -> Iterator[list[subprocess.Popen[bytes]]]:
     started: list[subprocess.Popen[bytes]] = []
@@ -126,7 +118,7 @@ def test_the_tutorial_has_steps_of_every_kind() -> None:
 def test_the_tutorial_runs_as_written(
     tmp_path: Path, background: list[subprocess.Popen[bytes]]
 ) -> None:
-    port = str(_free_port())
+    port = str(free_port())
     tools = [str(Path(sys.executable).parent), str(Path(find_opa_binary()).resolve().parent)]
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")},

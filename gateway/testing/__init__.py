@@ -9,7 +9,9 @@ parameter, ``GatedFsync`` for a file sink's ``sync_file`` and ``TornWrite`` for 
 as OPA's bundle servers do, and ``RedisServer`` to run a real ``redis-server`` on loopback
 (killed, paused, restarted). ``JsonWork`` counts the strict JSON parses and canonical
 encodings a piece of code does. ``OtlpReceiver`` is a real OTLP/HTTP traces receiver on
-loopback that keeps the spans exported to it (``ReceivedSpan``).
+loopback that keeps the spans exported to it (``ReceivedSpan``). For tests that start a
+server process: ``free_port`` and ``wait_until_healthy``; for signing: ``pem_pair`` and
+``write_rsa_key_pair``.
 """
 
 from gateway.testing._bundle_server import BundleServer
@@ -18,10 +20,12 @@ from gateway.testing._fakes import FakeClock, RecordingAuthorizer, RecordingTool
 from gateway.testing._fsync import GatedFsync, TornWrite, WakeCountingLoop
 from gateway.testing._gated import GatedEngine
 from gateway.testing._json_work import JsonWork
+from gateway.testing._keys import pem_pair, write_rsa_key_pair
 from gateway.testing._live_server import LiveServer
 from gateway.testing._opa_server import OpaContainer, OpaServer, find_opa_binary
 from gateway.testing._otlp import OtlpReceiver, ReceivedSpan
 from gateway.testing._redis_server import RedisServer, find_redis_binary
+from gateway.testing._serving import free_port, wait_until_healthy
 
 __all__ = [
     "UNDEFINED",
@@ -44,4 +48,8 @@ __all__ = [
     "WakeCountingLoop",
     "find_opa_binary",
     "find_redis_binary",
+    "free_port",
+    "pem_pair",
+    "wait_until_healthy",
+    "write_rsa_key_pair",
 ]

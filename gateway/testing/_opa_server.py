@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -17,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any, NoReturn, Self
+
+from gateway.testing._serving import free_port
 
 if TYPE_CHECKING:
     from testcontainers.core.container import (  # type: ignore[import-not-found,unused-ignore]
@@ -67,14 +68,6 @@ def find_opa_binary() -> str:
         'OPA_BIN="$(scripts/provision-opa)"'
     )
     raise LookupError(msg)
-
-
-def _free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((_HOST, 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _api_path(prefix: str, path: str) -> str:
@@ -266,7 +259,7 @@ class OpaServer(_OpaRestMixin):
         """
         self._ensure_not_running()
         for attempt in range(1, _START_ATTEMPTS + 1):
-            port = _free_port()
+            port = free_port(_HOST)
             try:
                 self._launch(port)
             except _PortInUseError:

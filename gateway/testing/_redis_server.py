@@ -13,6 +13,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from gateway.testing._serving import free_port
+
 
 def find_redis_binary() -> str:
     """The ``redis-server`` to run: ``$REDIS_BIN`` if set, else the one on ``PATH``.
@@ -35,13 +37,6 @@ def find_redis_binary() -> str:
     return found
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 class RedisServer:
     """A ``redis-server`` child process on 127.0.0.1 and a port of its own.
 
@@ -58,7 +53,7 @@ class RedisServer:
     ) -> None:
         self._binary = binary or find_redis_binary()
         self._persistent = persistent
-        self._port = port or _free_port()
+        self._port = port or free_port()
         self._dir = Path(tempfile.mkdtemp(prefix="gateway-redis-"))
         self._process: subprocess.Popen[bytes] | None = None
         self._paused = False

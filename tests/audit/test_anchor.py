@@ -201,9 +201,9 @@ def test_verify_with_anchors_needs_the_key(
 # -- the service anchors its chain ----------------------------------------------------------
 
 
-@pytest.mark.integration
-def test_the_service_anchors_its_head_when_it_closes(tmp_path: Path) -> None:
-    (tmp_path / "audit.key").write_bytes(KEY)
+def _service_config(tmp_path: Path, audit: str) -> Path:
+    """Write a gateway.toml: the embedded engine, the trail trail/audit.jsonl with the
+    ``audit`` lines added to its table, and the API key anchor-test-key of alice."""
     config = tmp_path / "gateway.toml"
     config.write_text(
         f"""
@@ -213,9 +213,7 @@ bundle = "{BUNDLE}"
 
 [audit]
 path = "trail/audit.jsonl"
-key_file = "audit.key"
-anchor_path = "anchors/anchors.jsonl"
-anchor_name = "replica-a"
+{audit}
 
 [[auth.api_keys]]
 sha256 = "{hashlib.sha256(b"anchor-test-key").hexdigest()}"
@@ -225,6 +223,16 @@ context = {{ subject = "alice", roles = ["reader"], tenant = "acme" }}
 modules = ["examples.example_tools:TOOLS"]
 """,
         encoding="utf-8",
+    )
+    return config
+
+
+@pytest.mark.integration
+def test_the_service_anchors_its_head_when_it_closes(tmp_path: Path) -> None:
+    (tmp_path / "audit.key").write_bytes(KEY)
+    config = _service_config(
+        tmp_path,
+        'key_file = "audit.key"\nanchor_path = "anchors/anchors.jsonl"\nanchor_name = "replica-a"',
     )
     service = build_service(load_config(config))
     with LiveServer(service.app) as server:
@@ -242,26 +250,6 @@ modules = ["examples.example_tools:TOOLS"]
 
 
 def test_an_anchor_log_without_an_audit_key_is_a_configuration_error(tmp_path: Path) -> None:
-    config = tmp_path / "gateway.toml"
-    config.write_text(
-        f"""
-[engine]
-kind = "embedded"
-bundle = "{BUNDLE}"
-
-[audit]
-path = "trail/audit.jsonl"
-unkeyed = true
-anchor_path = "anchors.jsonl"
-
-[[auth.api_keys]]
-sha256 = "{"0" * 64}"
-context = {{ subject = "alice" }}
-
-[tools]
-modules = ["examples.example_tools:TOOLS"]
-""",
-        encoding="utf-8",
-    )
+    config = _service_config(tmp_path, 'unkeyed = true\nanchor_path = "anchors.jsonl"')
     with pytest.raises(ConfigError, match=r"^audit\.anchor_path: "):
         load_config(config)

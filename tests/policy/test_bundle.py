@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any, Final
 
 import pytest
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -37,7 +36,7 @@ from gateway.policy._bundle import (
     poll_delay,
     read_bundle,
 )
-from gateway.testing import BundleServer
+from gateway.testing import BundleServer, pem_pair
 from tests.policy.conftest import authorization
 
 POLICY: Final = """package signed
@@ -48,19 +47,6 @@ DATA: Final = '{"limit": 1.50, "note": "<a&b> \\u2028 \\u0001 \\u00e9 \\ud840\\u
 DEEP_DATA: Final = '{"x": [1E5, {"b": 2, "a": 1}]}'
 ENTRYPOINT: Final = "signed/answer"
 HMAC_SECRET: Final = "a-shared-secret-of-some-length-0123456789"  # noqa: S105 - a test key
-
-
-def _pem_pair(private: Any) -> tuple[bytes, bytes]:
-    return (
-        private.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        ),
-        private.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        ),
-    )
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +70,7 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Veri
         ("RS256", rsa.generate_private_key(public_exponent=65537, key_size=2048)),
         ("ES256", ec.generate_private_key(ec.SECP256R1())),
     ):
-        private_pem, public_pem = _pem_pair(private)
+        private_pem, public_pem = pem_pair(private)
         (root / f"{algorithm}.pem").write_bytes(private_pem)
         found[algorithm] = (root / f"{algorithm}.pem", VerificationKey(public_pem, algorithm))
     (root / "HS256.key").write_text(HMAC_SECRET)
@@ -468,7 +454,7 @@ def releases(
     and ``rev-1-republished`` names revision rev-1 over rev-3's contents."""
     out = tmp_path_factory.mktemp("releases")
     built: dict[str, bytes] = {}
-    other_private, other_public = _pem_pair(rsa.generate_private_key(65537, 2048))
+    other_private, other_public = pem_pair()
     (out / "other.pem").write_bytes(other_private)
     other = (out / "other.pem", VerificationKey(other_public, "RS256"))
     for revision, limit in LIMITS.items():

@@ -15,12 +15,10 @@ from typing import Any, Final
 
 import httpx
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
 
 from gateway.policy import EmbeddedEngine, build_bundle
 from gateway.server import ConfigError, api_key_digest, build_service, parse_config
-from gateway.testing import BundleServer, LiveServer
+from gateway.testing import BundleServer, LiveServer, write_rsa_key_pair
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 DECISION: Final = "gateway/authz/decision"
@@ -28,31 +26,13 @@ API_KEY: Final = "bundle-service-key"
 CALL: Final = {"id": "c", "name": "add", "arguments": {"a": 1, "b": 2}}
 
 
-def _key_pair(folder: Path, name: str) -> tuple[Path, Path]:
-    private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    private_path, public_path = folder / f"{name}.pem", folder / f"{name}.pub.pem"
-    private_path.write_bytes(
-        private.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    public_path.write_bytes(
-        private.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
-    )
-    return private_path, public_path
-
-
 @pytest.fixture(scope="module")
 def published(opa_binary: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Signed bundles of the shipped policies: ``granted`` as shipped, ``revoked`` without
     ``add`` for readers, ``forged`` (granted again) signed with a key the service lacks."""
     folder = tmp_path_factory.mktemp("bundle-service")
-    private, public = _key_pair(folder, "signer")
-    other, _ = _key_pair(folder, "other")
+    private, public = write_rsa_key_pair(folder, "signer")
+    other, _ = write_rsa_key_pair(folder, "other")
     revoked = folder / "revoked"
     shutil.copytree(ROOT / "policies", revoked)
     data = json.loads((revoked / "data.json").read_text())

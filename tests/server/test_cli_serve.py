@@ -8,7 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any, Final
 
@@ -16,7 +15,7 @@ import httpx
 import pytest
 
 from gateway.cli import main
-from gateway.testing import OpaServer
+from gateway.testing import OpaServer, free_port, wait_until_healthy
 from tests.server.conftest import (
     ALICE,
     EXAMPLE_CONFIG,
@@ -279,13 +278,6 @@ def test_serve_with_an_invalid_config_exits_2_naming_the_key(
     assert capsys.readouterr().err.startswith("gateway serve: config: cannot read")
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def test_serve_runs_the_service_until_stopped(
     tmp_path: Path, policy_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -300,7 +292,7 @@ def test_serve_runs_the_service_until_stopped(
         ).replace("[server]", "[server]\nport = 1"),
         encoding="utf-8",
     )
-    port = _free_port()
+    port = free_port()
     log = tmp_path / "serve.log"
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     with log.open("wb") as output:
@@ -329,16 +321,7 @@ def test_serve_runs_the_service_until_stopped(
         url = f"http://127.0.0.1:{port}"
         # The port is bound at once and answered once the policies are compiled (opa build,
         # which takes tens of seconds on a loaded machine): a bound on start-up, not a timing.
-        deadline = time.monotonic() + 120
-        while True:
-            assert process.poll() is None, log.read_text(encoding="utf-8")
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "gateway serve did not become healthy"
-            time.sleep(0.05)
+        wait_until_healthy(url, process, log=log, timeout=120)
         with httpx.Client(base_url=url, timeout=10) as http:
             assert http.get("/readyz").json() == {"ready": True}
             allowed = http.post(

@@ -11,13 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
 
 from gateway import Authorization, ToolDefinition
 from gateway.policy import EmbeddedEngine, InputDocument, build_bundle, caller_context
 from gateway.server import ConfigError, parse_config
 from gateway.service._builder import build_engine
+from gateway.testing import write_rsa_key_pair
 from tests.server.conftest import BUNDLE, POLICIES
 
 ADD = ToolDefinition(
@@ -111,21 +110,7 @@ def test_a_decision_path_the_bundle_cannot_answer_names_its_key(tmp_path: Path) 
 @pytest.fixture(scope="module")
 def rsa_keys(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A private key for opa to sign with, and its public key for the gateway."""
-    folder = tmp_path_factory.mktemp("bundle-keys")
-    private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    (folder / "private.pem").write_bytes(
-        private.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    (folder / "public.pem").write_bytes(
-        private.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
-    )
-    return folder / "private.pem", folder / "public.pem"
+    return write_rsa_key_pair(tmp_path_factory.mktemp("bundle-keys"), "signer")
 
 
 def test_a_signed_bundle_is_served_when_it_verifies(
@@ -155,15 +140,7 @@ def test_a_bundle_that_does_not_verify_is_refused_at_start(
     if bundle == "unsigned":
         served = BUNDLE
     else:
-        other = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        key = tmp_path / "other.pem"
-        key.write_bytes(
-            other.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption(),
-            )
-        )
+        key, _ = write_rsa_key_pair(tmp_path, "other")
         served = build_bundle(
             opa_binary,
             POLICIES,

@@ -7,7 +7,6 @@ import hashlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,7 +22,7 @@ from gateway.cli import main
 from gateway.server import check_workers, worker_audit_path, worker_config
 from gateway.service import ConfigError, parse_config
 from gateway.service._config_models import ConfigFile, keys_of
-from gateway.testing import RedisServer
+from gateway.testing import RedisServer, free_port
 from tests.server.conftest import ALICE, REPO_ROOT
 
 BUNDLE: Final = REPO_ROOT / "bundles" / "policies.tar.gz"
@@ -69,13 +68,6 @@ modules = ["examples.example_tools:TOOLS"]
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def _children(pid: int) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
@@ -110,7 +102,7 @@ def served(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str, Path]
 
 def _serve_two(folder: Path, state: str) -> Iterator[tuple[subprocess.Popen[bytes], str, Path]]:
     tmp_path = folder
-    port = _free_port()
+    port = free_port()
     config = tmp_path / "gateway.toml"
     config.write_text(_config_text(tmp_path, port, 2, state=state), encoding="utf-8")
     log = tmp_path / "serve.log"

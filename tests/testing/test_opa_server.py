@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.testing import _opa_server
+from gateway.testing import _opa_server, _serving
 from gateway.testing._opa_server import (
     OPA_IMAGE,
     OPA_VERSION,
@@ -271,8 +271,10 @@ def test_start_retries_when_port_is_taken(
         blocker.listen()
         taken = blocker.getsockname()[1]
         ports = iter([taken, taken])
-        real_free_port = _opa_server._free_port
-        monkeypatch.setattr(_opa_server, "_free_port", lambda: next(ports, 0) or real_free_port())
+        real_free_port = _serving.free_port
+        monkeypatch.setattr(
+            _opa_server, "free_port", lambda host: next(ports, 0) or real_free_port(host)
+        )
         with OpaServer(binary=opa_bin, policy_paths=[policy_file]) as opa:
             assert opa.port != taken
             assert _allowed(opa, "alice") is True
