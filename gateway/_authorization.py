@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import ClassVar, Protocol, runtime_checkable
+from dataclasses import dataclass, field, fields, replace
+from typing import ClassVar, Final, Protocol, runtime_checkable
 
 from gateway._definition import ToolDefinition
 from gateway._errors import GatewayError, InvalidToolError, MalformedDecisionError, NoDecisionError
@@ -69,6 +69,24 @@ class Decision:
     def __post_init__(self) -> None:
         object.__setattr__(self, "_well_formed", self._check())
 
+    def identified(self, decision_id: str | None, revision: str | None) -> Decision:
+        """This decision with another ``decision_id`` and ``revision``, every other field kept.
+
+        For a reader that memoizes what it read: the copy is made without checking again
+        the fields it keeps (this decision's were checked when it was made).
+        """
+        if not (
+            (decision_id is None or isinstance(decision_id, str))
+            and (revision is None or isinstance(revision, str))
+        ):
+            return replace(self, decision_id=decision_id, revision=revision)
+        clone = object.__new__(Decision)
+        for name in _KEPT_FIELDS:
+            object.__setattr__(clone, name, getattr(self, name))
+        object.__setattr__(clone, "decision_id", decision_id)
+        object.__setattr__(clone, "revision", revision)
+        return clone
+
     def well_formed(self) -> bool:
         """Report whether every field has its documented type (``allowed`` exactly a bool)."""
         return self._well_formed
@@ -100,6 +118,12 @@ class Decision:
             and isinstance(self.required_scopes, tuple)
             and all(isinstance(scope, str) for scope in self.required_scopes)
         )
+
+
+#: The fields :meth:`Decision.identified` copies as they are.
+_KEPT_FIELDS: Final = tuple(
+    item.name for item in fields(Decision) if item.name not in ("decision_id", "revision")
+)
 
 
 def _quota_ok(quota: object) -> bool:

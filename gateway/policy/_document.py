@@ -218,6 +218,26 @@ class InputDocument:
             )
         )
 
+    def head_json(self) -> bytes:
+        """The document without its last member, ``tool``, as JSON bytes.
+
+        Made of the same encoded pieces as :meth:`to_json`: the whole document is this
+        object with ``"tool": tool_json`` added (an engine that keeps the tool's definition
+        parsed is handed the rest alone, never a document it must take apart).
+        """
+        return b"".join(
+            (
+                b'{"arguments":',
+                self._canonical_args(),
+                b',"context":',
+                self._context.json,
+                b',"facts":',
+                self.facts_json,
+                *((b',"state":', self._state) if self._state is not None else ()),
+                b"}",
+            )
+        )
+
     def to_dict(self) -> dict[str, Any]:
         """A fresh decoded copy (exact numbers as ``Decimal``)."""
         value: dict[str, Any] = _json.parse(self.to_json(), max_depth=10_000)

@@ -14,6 +14,9 @@ from gateway.policy._document import InputDocument
 from gateway.policy._errors import EngineError, PolicyError, UndefinedDecisionError
 from gateway.policy._paths import PathView
 
+#: How many answer texts a PolicyAuthorizer remembers the reading of, each at most how long.
+_READINGS: Final = 1024
+_READING_MAX_BYTES: Final = 4096
 #: Where the shipped policies put their decision.
 DEFAULT_DECISION_PATH: Final = "gateway/authz/decision"
 
@@ -27,12 +30,15 @@ class EngineAnswer:
         value: the decoded value (JSON types; sets already normalized to sorted lists).
         decision_id: the engine's decision id, if it gave one.
         revision: the policy revision that produced it, if known.
+        text: the exact text the engine gave the value as, if it states it: two answers of
+            one engine with the same text have equal values (a reader may memoize by it).
     """
 
     defined: bool
     value: Any = None
     decision_id: str | None = None
     revision: str | None = None
+    text: bytes | None = None
 
 
 @runtime_checkable
@@ -177,6 +183,9 @@ class PolicyAuthorizer(CachingAuthorizer):
     ) -> None:
         self._policy_engine = engine
         self._decision_path = normalize_path(path)
+        # Decisions read from answers that state their text, by that text (bounded; read
+        # without a lock: a lost store only costs another reading).
+        self._readings: dict[bytes, Decision] = {}
         super().__init__(
             self._ask,
             engine=engine.identity,
@@ -201,9 +210,21 @@ class PolicyAuthorizer(CachingAuthorizer):
         answer = await self._policy_engine.evaluate(self._decision_path, document)
         if not answer.defined:
             raise UndefinedDecisionError(f"decision {self._decision_path} is undefined")
-        return read_decision(
-            answer.value,
-            engine=self._policy_engine.identity,
-            decision_id=answer.decision_id,
-            revision=answer.revision,
-        )
+        text = answer.text
+        if text is None or len(text) > _READING_MAX_BYTES:
+            return read_decision(
+                answer.value,
+                engine=self._policy_engine.identity,
+                decision_id=answer.decision_id,
+                revision=answer.revision,
+            )
+        # The same text is the same decision: it is read strictly once, then only given
+        # this answer's id and revision. (A malformed one is never remembered.)
+        readings = self._readings
+        read = readings.get(text)
+        if read is None:
+            read = read_decision(answer.value, engine=self._policy_engine.identity)
+            if len(readings) >= _READINGS:
+                readings.clear()
+            readings[text] = read
+        return read.identified(answer.decision_id, answer.revision)

@@ -104,6 +104,9 @@ _RESULT_SUFFIX: Final = b"}}"
 _UNDEFINED: Final = b"set()"
 _BUILD_MEMO: Final = 16
 _REVISIONS_KEPT: Final = 1024
+#: Result texts remembered as read well (each at most this long).
+_KNOWN_TEXTS: Final = 1024
+_KNOWN_TEXT_MAX_BYTES: Final = 4096
 #: Default time between two polls of a bundle server (OPA's default is 60 s at most).
 DEFAULT_POLL_INTERVAL_S: Final = 10.0
 _LOG: Final = logging.getLogger("gateway.policy")
@@ -244,6 +247,8 @@ class EmbeddedEngine:
         self._source: tuple[Path, Path, tuple[str, ...]] | None = None
         self._contents: dict[str, str] = {}
         self._loaded = self._distinct(self._compile(bundle))
+        #: Result texts read well before (by exact bytes, bounded): see :meth:`_read`.
+        self._known_texts: dict[bytes, None] = {}
         self._poller: BundlePoller | None = None
         self._polling: threading.Thread | None = None
         self._stop_polling = threading.Event()
@@ -621,9 +626,17 @@ class EmbeddedEngine:
         return instance
 
     def _run(
-        self, path: str, document: bytes, ticks: int, *, final: bool, tool: bytes | None = None
+        self,
+        path: str,
+        document: InputDocument | bytes,
+        ticks: int,
+        *,
+        final: bool,
+        head: bytes | None = None,
     ) -> EngineAnswer:
-        # ``tool``: the text of the document's last member, ``tool`` (InputDocument.tool_json).
+        # An InputDocument is handed over in pieces: its head (every member but ``tool``,
+        # ``head`` if the caller made it already) and the tool's definition, which the
+        # instance keeps parsed. Bytes are the whole document, parsed whole.
         if self._closed:
             raise EngineUnavailableError("embedded engine is closed")
         loaded = self._loaded
@@ -632,17 +645,21 @@ class EmbeddedEngine:
         if entrypoint is None:
             # Only compiled entrypoints can be asked; anything else has no decision.
             return EngineAnswer(defined=False, revision=revision)
-        escaped = _SURROGATE_HINT.search(document) is not None
         try:
             instance = self._instance(loaded)
             text: bytes | None = None
-            if tool is not None and not escaped:
-                head = _head(document, tool)
-                if head is not None:
+            if not isinstance(document, bytes):
+                if head is None:
+                    head = document.head_json()
+                tool = document.tool_json
+                if _SURROGATE_HINT.search(head) is None and _SURROGATE_HINT.search(tool) is None:
                     # The tool's definition is parsed once per instance, not with every input.
                     text = instance.evaluate_member(entrypoint, head, _TOOL, tool, ticks)
+                if text is None:
+                    document = document.to_json()
             if text is None:
-                if escaped:
+                assert isinstance(document, bytes)  # noqa: S101 - encoded just above
+                if _SURROGATE_HINT.search(document) is not None:
                     document = _without_surrogate_escapes(document)
                 text = instance.evaluate(entrypoint, document, ticks)
         except EvaluationTrap as exc:
@@ -659,25 +676,31 @@ class EmbeddedEngine:
         except AbiError as exc:
             self._local.instance = None
             raise EngineError("embedded instance failed", detail=str(exc)[:_MAX_DETAIL]) from None
-        return _answer(text, revision)
+        return self._read(text, revision)
+
+    def _read(self, text: bytes, revision: str) -> EngineAnswer:
+        # A result text read well once reads the same every time: its answer is decoded
+        # only when its value is asked for (a reader memoizing by the text never asks).
+        known = self._known_texts
+        if text in known:
+            return _LazyAnswer(text, revision)
+        answer = _answer(text, revision)
+        if answer.defined and len(text) <= _KNOWN_TEXT_MAX_BYTES:
+            if len(known) >= _KNOWN_TEXTS:
+                known.clear()
+            known[text] = None
+        return answer
 
     def _run_until(
-        self,
-        path: str,
-        document: InputDocument | bytes,
-        deadline: float,
-        tool: bytes | None = None,
+        self, path: str, document: InputDocument | bytes, deadline: float
     ) -> EngineAnswer:
         # On a worker thread: whatever remains of the deadline set when the call began.
-        if not isinstance(document, bytes):
-            tool = document.tool_json
-            document = document.to_json()
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise EngineTimeoutError(
                 "embedded evaluation passed its deadline", detail=f"timeout_s={self._timeout_s}"
             )
-        return self._run(path, document, self._ticker.ticks_for(remaining), final=True, tool=tool)
+        return self._run(path, document, self._ticker.ticks_for(remaining), final=True)
 
     def evaluate_sync(self, path: str, document: InputDocument | bytes) -> EngineAnswer:
         """Evaluate ``path`` on the calling thread, for at most ``timeout_s``.
@@ -690,9 +713,7 @@ class EmbeddedEngine:
             EngineUnavailableError: the engine is closed.
             EngineError: the policy failed on this input.
         """
-        if isinstance(document, bytes):
-            return self._run(path, document, self._ticks, final=True)
-        return self._run(path, document.to_json(), self._ticks, final=True, tool=document.tool_json)
+        return self._run(path, document, self._ticks, final=True)
 
     async def evaluate(self, path: str, document: InputDocument) -> EngineAnswer:
         """Evaluate, holding the event loop no longer than ``inline_s`` (plus one tick).
@@ -703,21 +724,19 @@ class EmbeddedEngine:
             EngineError: the policy failed on this input.
         """
         deadline = time.monotonic() + self._timeout_s
-        work: InputDocument | bytes = document
-        tool = document.tool_json
         # Large arguments are encoded off the loop too (canonical JSON and facts take time).
         if len(document.arguments) <= self._inline_bytes:
-            work = document.to_json()
-            if len(work) <= self._inline_bytes:
+            head = document.head_json()
+            if len(head) + len(document.tool_json) <= self._inline_bytes:
                 try:
                     return self._run(
-                        path, work, self._inline_ticks, final=self._inline_final, tool=tool
+                        path, document, self._inline_ticks, final=self._inline_final, head=head
                     )
                 except _Overrun:
                     pass  # too slow for the loop: again on a thread, within the same deadline
         loop = asyncio.get_running_loop()
         try:
-            job = loop.run_in_executor(self._threads, self._run_until, path, work, deadline, tool)
+            job = loop.run_in_executor(self._threads, self._run_until, path, document, deadline)
         except RuntimeError:  # the executor was shut down by close()
             raise EngineUnavailableError("embedded engine is closed") from None
         job.add_done_callback(_retrieve)
@@ -865,7 +884,40 @@ def _answer(text: bytes, revision: str) -> EngineAnswer:
         raise EngineError("wasm result is unreadable", detail=str(exc)[:_MAX_DETAIL]) from None
     # A random 128-bit id, as uuid4().hex is, for a fraction of its cost. (Positional
     # arguments: defined, value, decision_id, revision; keywords cost more here.)
-    return EngineAnswer(True, value, os.urandom(16).hex(), revision)
+    return EngineAnswer(True, value, os.urandom(16).hex(), revision, text)
+
+
+#: EngineAnswer's own slot for ``value``, which :class:`_LazyAnswer` fills on first use.
+_VALUE_SLOT: Final = EngineAnswer.__dict__["value"]
+
+
+class _LazyAnswer(EngineAnswer):
+    """A defined answer whose text was read well before: decoded only if ``value`` is read.
+
+    Reading is a pure function of the text, so the decoding cannot fail here; every read of
+    ``value`` after the first returns the value decoded then.
+    """
+
+    __slots__ = ("_decoded",)
+    _decoded: bool
+
+    def __init__(self, text: bytes, revision: str) -> None:
+        # EngineAnswer's __init__ would assign ``value`` through the property: its fields
+        # are set as it sets them, ``value`` through its slot.
+        setattr_ = object.__setattr__
+        setattr_(self, "defined", True)
+        _VALUE_SLOT.__set__(self, None)
+        setattr_(self, "decision_id", os.urandom(16).hex())
+        setattr_(self, "revision", revision)
+        setattr_(self, "text", text)
+        setattr_(self, "_decoded", False)
+
+    @property
+    def value(self) -> Any:
+        if not self._decoded:
+            _VALUE_SLOT.__set__(self, _answer(self.text or b"", "").value)
+            object.__setattr__(self, "_decoded", True)
+        return _VALUE_SLOT.__get__(self)
 
 
 def _single_result(text: str) -> Any:

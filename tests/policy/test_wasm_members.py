@@ -257,3 +257,33 @@ def _property_engine(bundle: Bundle) -> EmbeddedEngine:
     if engine is None:
         engine = _ENGINES[bundle.wasm] = EmbeddedEngine(bundle)
     return engine
+
+
+def test_an_answer_whose_text_was_read_before_has_the_same_value_and_its_own_id(
+    members: Bundle,
+) -> None:
+    engine = EmbeddedEngine(members)
+    document = _document(_tool("add", {"a": {"type": "integer"}}), b'{"a": 1.50}')
+    first = engine.evaluate_sync("members/echo", document)
+    again = [engine.evaluate_sync("members/echo", document) for _ in range(3)]
+    assert first.text is not None
+    for answer in again:
+        assert answer.text == first.text
+        assert answer.value == first.value == document.to_dict()
+        assert answer.value is answer.value  # decoded once, then kept
+        assert answer.revision == first.revision
+    assert len({first.decision_id, *(answer.decision_id for answer in again)}) == 4
+
+
+def test_a_result_read_once_is_read_again_exactly_when_another_document_gives_it(
+    members: Bundle,
+) -> None:
+    # Two documents with one schema: the same text for the schema entrypoint, each decoded.
+    engine = EmbeddedEngine(members)
+    one = _document(_tool("one", {"x": {"type": "string"}}))
+    two = _document(_tool("two", {"x": {"type": "string"}}))
+    first = engine.evaluate_sync("members/schema", one)
+    second = engine.evaluate_sync("members/schema", two)
+    assert second.text == first.text
+    assert second.value == first.value == one.to_dict()["tool"]["input_schema"]
+    assert second.value is not first.value
