@@ -15,12 +15,13 @@ import enum
 import fcntl
 import hashlib
 import json
+import json.encoder
 import os
 import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Final, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, cast, runtime_checkable
 
 from gateway._errors import NoDecisionError
 from gateway.audit._chain import (
@@ -92,6 +93,25 @@ _RECORD_ENCODER: Final = json.JSONEncoder(
 )
 
 
+def _part_encoder() -> Callable[[Any], str]:
+    # The C encoder behind ``_RECORD_ENCODER``, called directly: ``JSONEncoder.encode`` builds
+    # it anew (and runs two Python frames) for every value.
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return _RECORD_ENCODER.encode
+    iterencode = make(
+        None, _plain, json.encoder.encode_basestring, None, ":", ",", True, False, False
+    )
+
+    def encode(value: Any) -> str:
+        return "".join(iterencode(value, 0))
+
+    return encode
+
+
+_encode_part: Final = _part_encoder()
+
+
 def _hmac_states(key: bytes) -> tuple[Any, Any]:
     # HMAC-SHA256 (RFC 2104) with the key's inner and outer blocks hashed once: each record
     # then costs two copies and two updates instead of a keyed setup.
@@ -146,7 +166,7 @@ class _Chainer:
                 after[name] = value
         after["seq"] = seq
         after["prev"] = prev
-        encode_part = _RECORD_ENCODER.encode
+        encode_part = _encode_part
         # "seq" and "prev" sort after "hash": the second part is never empty.
         tail = encode_part(after).encode("utf-8")[1:]
         head = encode_part(before).encode("utf-8")[:-1] + b"," if before else b"{"
@@ -288,7 +308,9 @@ class JsonlFileSink:
             raise
         self._chainer = _Chainer(key, seq, prev)
         self._segment = self._last_segment()
-        self._cond = threading.Condition(threading.Lock())
+        # Appends take the lock alone; the syncer waits on the condition around it.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._waiters: list[_Waiter] = []
         # Files rotated away while the syncer may still be syncing them: it closes them.
         self._retired: list[int] = []
@@ -397,49 +419,56 @@ class JsonlFileSink:
         the future after its fsync.
         """
         future: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
-        self._enter(record, future, None)
+        try:
+            entered = self._enter(record, lambda: future, None)
+        except AuditWriteError as error:
+            future.set_exception(error)
+        else:
+            if entered is not future:
+                future.set_result(entered)  # type: ignore[arg-type]
         return future
 
     async def write(self, record: Mapping[str, Any]) -> dict[str, Any]:
         """Chain and append the record now; return the chained record once it is durable.
 
         As :meth:`submit`, awaited on the running loop. The syncer wakes that loop once per
-        fsync for every record the fsync made durable, rather than once per record.
+        fsync for every record the fsync made durable, rather than once per record; a
+        record already durable when appended (``NONE``, ``BATCH``) is returned without a
+        future.
 
         Raises:
             AuditWriteError: the record could not be written (or made durable).
         """
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[dict[str, Any]] = loop.create_future()
-        self._enter(record, future, loop)
-        return await future
+        entered = self._enter(record, loop.create_future, loop)
+        if isinstance(entered, dict):
+            return entered
+        return await cast("asyncio.Future[dict[str, Any]]", entered)
 
     def _enter(
         self,
         record: Mapping[str, Any],
-        future: _AnyFuture,
+        new_future: Callable[[], _AnyFuture],
         loop: asyncio.AbstractEventLoop | None,
-    ) -> None:
-        # ``future`` is resolved here at once, or by the syncer once durable. An asyncio
+    ) -> dict[str, Any] | _AnyFuture:
+        # The chained record when it is as durable as the policy promises once appended, or
+        # a future (from ``new_future``) that the syncer resolves once it is. An asyncio
         # future is only ever resolved directly on its own loop's thread (this one).
+        #
+        # Raises AuditWriteError: the record was not written.
         failed: list[_Waiter] | None = None
-        with self._cond:
+        with self._lock:
             if self._closed:
-                future.set_exception(AuditWriteError("audit sink is closed"))
-                return
+                raise AuditWriteError("audit sink is closed")
             if self._broken is not None:
-                future.set_exception(AuditWriteError("audit sink failed earlier; trail is closed"))
-                return
+                raise AuditWriteError("audit sink failed earlier; trail is closed")
             # A record that is not JSON (a lone surrogate in a call id, say) fails alone; the
             # chain only advances for records that encode, so the trail stays whole and usable.
             try:
                 chained, line = self._chainer.chain_line(record)
             # UnicodeEncodeError is a ValueError; a cycle or deep nesting a RecursionError.
             except (TypeError, ValueError, RecursionError) as exc:
-                future.set_exception(
-                    AuditWriteError(f"audit record is not JSON: {type(exc).__name__}")
-                )
-                return
+                raise AuditWriteError(f"audit record is not JSON: {type(exc).__name__}") from None
             try:
                 durable = self._append(line)
             except Exception as exc:  # noqa: BLE001 - any I/O failure breaks the sink closed
@@ -448,24 +477,24 @@ class JsonlFileSink:
                 self._cond.notify_all()
             else:
                 if self._policy is FsyncPolicy.ALWAYS and not durable:
+                    future = new_future()
                     self._waiters.append((future, chained, loop))
                     if not self._sync_wanted:  # else the syncer is woken already
                         self._sync_wanted = True
                         self._cond.notify()
-                    return
-        if failed is not None:
-            error = AuditWriteError(f"audit write failed: {self._broken}")
-            _settle(failed, error)
-            future.set_exception(error)
-            return
-        future.set_result(chained)
+                    return future
+                return chained
+        error = AuditWriteError(f"audit write failed: {self._broken}")
+        _settle(failed, error)
+        raise error
 
     def _append(self, line: bytes) -> bool:
         # Under the lock. True when the line is already on disk (a rotation fsynced it).
-        view = memoryview(line)
-        while view:
-            written = os.write(self._fd, view)
-            view = view[written:]
+        written = os.write(self._fd, line)
+        if written != len(line):  # a short write (a full disk, a signal): write the rest
+            view = memoryview(line)[written:]
+            while view:
+                view = view[os.write(self._fd, view) :]
         self._size += len(line)
         self._unsynced = True
         if self._policy is FsyncPolicy.NONE:
