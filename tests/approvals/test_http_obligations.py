@@ -17,6 +17,7 @@ import pytest
 
 from gateway.audit import verify_trail
 from gateway.cli import main
+from gateway.policy import build_bundle
 from gateway.server import build_service, load_config
 from gateway.testing import LiveServer, OpaServer
 from tests.server.conftest import gateway_toml, read_audit, toml_value
@@ -69,12 +70,21 @@ def policy_opa(opa_binary: str) -> Iterator[OpaServer]:
         server.close()
 
 
+@pytest.fixture(scope="module")
+def policy_bundle(opa_binary: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The test policy compiled once for the module's embedded engines."""
+    folder = tmp_path_factory.mktemp("policy-bundle")
+    return build_bundle(
+        opa_binary, POLICY, folder / "policy.tar.gz", entrypoints=("gateway/authz/decision",)
+    )
+
+
 @pytest.fixture(params=["embedded", "opa"])
-def start(request: pytest.FixtureRequest, tmp_path: Path, opa_binary: str) -> Iterator[Factory]:
+def start(request: pytest.FixtureRequest, tmp_path: Path, policy_bundle: Path) -> Iterator[Factory]:
     kind: str = request.param
     running: list[Running] = []
     options: dict[str, Any] = (
-        {"policies": POLICY, "opa_binary": opa_binary}
+        {"bundle": policy_bundle}
         if kind == "embedded"
         else {"opa_url": request.getfixturevalue("policy_opa").url}
     )

@@ -14,7 +14,7 @@ import pytest
 from gateway.cli import main
 from gateway.server import build_service, load_config
 from gateway.testing import LiveServer, OpaServer
-from tests.server.conftest import EXAMPLE_CONFIG, POLICIES, gateway_toml, toml_value
+from tests.server.conftest import BUNDLE, EXAMPLE_CONFIG, POLICIES, gateway_toml, toml_value
 
 TINA: Final = "approvals-test-key-tina"
 THEO: Final = "approvals-test-key-theo"
@@ -39,7 +39,8 @@ def shipped_opa(opa_binary: str) -> Iterator[OpaServer]:
 @pytest.fixture(params=["embedded", "opa"])
 def url(request: pytest.FixtureRequest, tmp_path: Path, opa_binary: str) -> Iterator[str]:
     options: dict[str, Any] = (
-        {"policies": POLICIES, "opa_binary": opa_binary}
+        # The committed bundle is the shipped policies compiled (policies/check.sh holds it so).
+        {"bundle": BUNDLE}
         if request.param == "embedded"
         else {"opa_url": request.getfixturevalue("shipped_opa").url}
     )

@@ -253,15 +253,19 @@ def gateway_toml(
     policies: Path | None = None,
     opa_binary: str | None = None,
     opa_url: str | None = None,
+    bundle: Path | None = None,
     max_body_bytes: int = 65536,
     api_keys: Mapping[str, Mapping[str, Any]] = API_KEYS,
     jwt: Mapping[str, object] | None = None,
     cache: bool = True,
     tools: Sequence[str] = TOOL_MODULES,
 ) -> str:
-    """A complete service configuration (TOML text)."""
+    """A complete service configuration (TOML text); an embedded engine loads ``bundle``, a
+    compiled bundle, when given (no compile at start), else compiles ``policies``."""
     lines = ["[engine]", f"kind = {toml_value(engine)}"]
-    if engine == "embedded":
+    if engine == "embedded" and bundle is not None:
+        lines.append(f"bundle = {toml_value(bundle)}")
+    elif engine == "embedded":
         lines.append(f"policies = {toml_value(policies)}")
         if opa_binary is not None:
             lines.append(f"opa_binary = {toml_value(opa_binary)}")
