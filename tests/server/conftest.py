@@ -36,6 +36,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
 from gateway import Failure, FailureKind, Invocation, ToolDefinition, ToolOutput
+from gateway.policy import build_bundle
 from gateway.server import Service, build_service, load_config
 from gateway.testing import LiveServer, OpaServer
 
@@ -187,6 +188,17 @@ def policy_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         json.dumps(_merged(shipped, POLICY_OVERLAY), indent=1), encoding="utf-8"
     )
     return target
+
+
+@pytest.fixture(scope="session")
+def policy_bundle(
+    policy_dir: Path, opa_binary: str, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """:func:`policy_dir` compiled once, as an embedded engine given it as policies would."""
+    folder = tmp_path_factory.mktemp("policy-bundle")
+    return build_bundle(
+        opa_binary, policy_dir, folder / "policies.tar.gz", entrypoints=("gateway/authz/decision",)
+    )
 
 
 @pytest.fixture(scope="session")
@@ -362,13 +374,13 @@ def engine_kind(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def start_gateway(
-    tmp_path: Path, request: pytest.FixtureRequest, policy_dir: Path
-) -> Iterator[GatewayFactory]:
+def start_gateway(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[GatewayFactory]:
     """Start a service from a fresh config in ``tmp_path``; every one is stopped afterwards.
 
     Call it with ``kind`` ("embedded" or "opa") and any :func:`gateway_toml` keyword; for
-    "opa" the shared OPA serves unless ``opa_url`` is given.
+    "opa" the shared OPA serves unless ``opa_url`` is given, "embedded" loads
+    :func:`policy_bundle` unless ``policies`` or ``bundle`` is given (compiled once, not
+    once a gateway).
     """
     running: list[RunningGateway] = []
 
@@ -376,9 +388,10 @@ def start_gateway(
         folder = tmp_path / f"gateway-{len(running)}"
         folder.mkdir()
         audit_path = folder / "audit" / "audit.jsonl"
-        if kind == "embedded":
-            options.setdefault("policies", policy_dir)
+        if kind == "embedded" and "policies" in options:
             options.setdefault("opa_binary", request.getfixturevalue("opa_binary"))
+        elif kind == "embedded" and "bundle" not in options:
+            options["bundle"] = request.getfixturevalue("policy_bundle")
         elif "opa_url" not in options:
             options["opa_url"] = request.getfixturevalue("shared_opa").url
         config_path = folder / "gateway.toml"
