@@ -121,7 +121,7 @@ DEFAULT_LIMITS: Final = AdmissionLimits()
 
 class _ContractState:
     # The frozen identity every Invocation is checked against. Deliberately holds no tool.
-    __slots__ = ("definition", "limits", "schema", "valid", "validator")
+    __slots__ = ("definition", "limits", "schema", "valid", "valid_bytes", "validator")
 
     def __init__(
         self,
@@ -136,8 +136,10 @@ class _ContractState:
         self.limits = limits
         # Argument documents (their exact bytes, small ones) that satisfied the schema:
         # agents repeat them, and the same bytes always decode to the same value, so the
-        # schema is not asked again. Only a pass is remembered; bounded (emptied when full).
+        # schema is not asked again. Only a pass is remembered; bounded in entries and in
+        # bytes per contract (emptied when full), so many tools cannot hold much memory.
         self.valid: dict[bytes, None] = {}
+        self.valid_bytes = 0
 
     def satisfies_schema(self, raw: bytes, value: _json.JSONValue) -> None:
         """Validate ``value`` (decoded from ``raw``) against the schema, remembering a pass.
@@ -149,14 +151,21 @@ class _ContractState:
             return
         self.schema.validate(value)
         if len(raw) <= _SCHEMA_MEMO_MAX_BYTES:
-            if len(self.valid) >= _SCHEMA_MEMO_ENTRIES:
+            if (
+                len(self.valid) >= _SCHEMA_MEMO_ENTRIES
+                or self.valid_bytes + len(raw) > _SCHEMA_MEMO_BUDGET_BYTES
+            ):
                 self.valid.clear()
+                self.valid_bytes = 0
             self.valid[raw] = None
+            self.valid_bytes += len(raw)
 
 
 #: How many argument documents that satisfied a tool's schema are remembered, and how large.
 _SCHEMA_MEMO_ENTRIES: Final = 1024
 _SCHEMA_MEMO_MAX_BYTES: Final = 4096
+#: The most bytes of remembered documents one contract holds (a few hundred typical calls).
+_SCHEMA_MEMO_BUDGET_BYTES: Final = 64 * 1024
 
 
 _TOKEN: Final = object()

@@ -47,7 +47,14 @@ def test_contract_invocation_and_binding_slots_are_exactly_these() -> None:
     assert Contract.__slots__ == ("_state",)
     assert Invocation.__slots__ == ("_arguments", "_call_id", "_state")
     assert Binding.__slots__ == ("_contract", "_tool")
-    assert _contract._ContractState.__slots__ == ("definition", "limits", "schema", "validator")
+    assert _contract._ContractState.__slots__ == (
+        "definition",
+        "limits",
+        "schema",
+        "valid",
+        "valid_bytes",
+        "validator",
+    )
 
 
 def test_contract_state_holds_no_tool_and_no_bound_method_of_one() -> None:

@@ -85,3 +85,14 @@ def test_the_memo_is_bounded() -> None:
         )
 
     assert len(state.valid) <= 1024
+    assert sum(map(len, state.valid)) == state.valid_bytes <= 64 * 1024
+
+
+def test_the_memo_of_one_contract_holds_at_most_its_byte_budget() -> None:
+    contract = bind(_Tool()).contract
+    state = contract._state
+
+    for n in range(600):
+        raw = ("{" + " " * (n % 7) * 40 + f'"n": {n % 10}, "s": "{n}"' + "}").encode()
+        assert _outcome(contract, raw)[0] == (n < 1000)
+        assert sum(map(len, state.valid)) == state.valid_bytes <= 64 * 1024
