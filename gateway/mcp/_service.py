@@ -25,7 +25,6 @@ from gateway.mcp._front import McpFront
 from gateway.mcp._sessions import SessionTable
 from gateway.mcp._upstream import UpstreamSet
 from gateway.policy import CallerContext, ToolVisibility
-from gateway.server import run_on_fastest_loop
 from gateway.service import (
     AccessLog,
     ConfigError,
@@ -35,6 +34,7 @@ from gateway.service import (
     configure_logging,
     expand,
     load_tools,
+    run_on_fastest_loop,
 )
 
 _LOG: Final = logging.getLogger("gateway.mcp")

@@ -6,7 +6,6 @@ they are re-exported here under the names this package has always offered.
 
 from gateway.server._app import GatewayApp, output_json
 from gateway.server._http_service import Service, build_service
-from gateway.server._stack import Stack, run_on_fastest_loop, server_stack
 from gateway.server._workers import (
     check_workers,
     serve_workers,
@@ -22,6 +21,7 @@ from gateway.service import (
     Gateway,
     GatewayConfig,
     GatewayMetrics,
+    Stack,
     api_key_digest,
     build_engine,
     expand,
@@ -29,6 +29,8 @@ from gateway.service import (
     load_config,
     load_tools,
     parse_config,
+    run_on_fastest_loop,
+    server_stack,
 )
 
 __all__ = [

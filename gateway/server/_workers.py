@@ -29,8 +29,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Final
 
-from gateway.server._stack import server_stack
-from gateway.service import ConfigError, GatewayConfig
+from gateway.service import ConfigError, GatewayConfig, server_stack
 
 _LOG: Final = logging.getLogger("gateway.server")
 #: The exit status of a service whose worker failed.

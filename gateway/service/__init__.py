@@ -42,6 +42,7 @@ from gateway.service._middleware import (
     unauthenticated,
 )
 from gateway.service._pipeline import BoundTool, CallResult, CallScope, Gateway, expand
+from gateway.service._stack import Stack, run_on_fastest_loop, server_stack
 from gateway.service._tracing import (
     TraceRequests,
     active_tracer,
@@ -76,6 +77,7 @@ __all__ = [
     "McpUpstreamConfig",
     "ResultCode",
     "ServiceLog",
+    "Stack",
     "StateLog",
     "TraceRequests",
     "active_tracer",
@@ -97,5 +99,7 @@ __all__ = [
     "request_id_in",
     "request_id_of",
     "result_code",
+    "run_on_fastest_loop",
+    "server_stack",
     "unauthenticated",
 ]

@@ -9,7 +9,7 @@ from typing import Any, Final
 
 import uvicorn
 
-from gateway.server._stack import server_stack
+from gateway.service import server_stack
 
 _TIMEOUT: Final = 20.0
 

@@ -1,4 +1,4 @@
-"""The fastest uvicorn stack available: uvloop's event loop and httptools' HTTP parser.
+"""The fastest stack available to both surfaces: uvloop's event loop and httptools' HTTP parser.
 
 Both are dependencies of the gateway; a platform without them (uvloop has no Windows build)
 falls back to uvicorn's asyncio loop and h11 parser, which behave the same, only slower.
