@@ -72,6 +72,11 @@ LOGIN_COOKIE_AGE_S: Final = 600
 _PAGE: Final = 50
 
 
+def _segment(value: object) -> str:
+    """``value`` percent-encoded as one path segment (all but letters, digits, ``-._~``)."""
+    return urllib.parse.quote(str(value), safe="")
+
+
 @dataclass(frozen=True, slots=True)
 class ConsoleRoles:
     """Who may use the console: approvers and auditors, by subject or by role."""
@@ -209,6 +214,9 @@ class ConsoleApp:
             autoescape=True,
             undefined=jinja2.StrictUndefined,
         )
+        # A value put into a link's path is one segment, whatever it holds (a report file's
+        # decision id could carry "../", "?" or "#" and point the link elsewhere).
+        self._templates.filters["segment"] = _segment
         self._css = (_HERE / "static" / "console.css").read_bytes()
         self._icon = (_HERE / "static" / "favicon.svg").read_bytes()
         p = self.prefix

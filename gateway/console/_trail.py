@@ -89,7 +89,7 @@ class Filters:
             return False
         if self.caller and self.caller != record.caller:
             return False
-        if self.outcome and self.outcome not in (record.result, record.code):
+        if self.outcome and self.outcome not in (record.result, record.code, record.call):
             return False
         if self.since is not None and (record.moment is None or record.moment < self.since):
             return False
@@ -115,10 +115,13 @@ class Decision:
     code: str
     revision: str
     record: dict[str, Any]
+    #: What became of the call: its outcome record's code (``ok``, ``approval_pending``,
+    #: ``tool_error``, ...) or, without a code, its outcome; "" when none was read.
+    call: str = ""
 
     @classmethod
-    def of(cls, record: dict[str, Any]) -> Decision:
-        """The decision of a ``type: decision`` record."""
+    def of(cls, record: dict[str, Any], outcome: dict[str, Any] | None = None) -> Decision:
+        """The decision of a ``type: decision`` record, with its call's ``outcome`` record."""
         context = record.get("context")
         caller = _text(context.get("subject")) if isinstance(context, dict) else ""
         when = _text(record.get("time"))
@@ -138,6 +141,7 @@ class Decision:
             code=_text(record.get("code")),
             revision=_text(record.get("revision")),
             record=record,
+            call=(_text(outcome.get("code")) or _text(outcome.get("outcome"))) if outcome else "",
         )
 
 
@@ -208,7 +212,16 @@ class TrailReader:
     def decisions(self, filters: Filters) -> tuple[list[Decision], int]:
         """The decisions that pass ``filters``, newest first, and the unreadable lines."""
         records, unreadable = self.recent()
-        found = [Decision.of(r) for r in records if r.get("type") == "decision"]
+        outcomes = {
+            r["decision_id"]: r
+            for r in reversed(records)
+            if r.get("type") == "outcome" and isinstance(r.get("decision_id"), str)
+        }
+        found = [
+            Decision.of(r, outcomes.get(r.get("decision_id")))
+            for r in records
+            if r.get("type") == "decision"
+        ]
         return [d for d in found if filters.match(d)], unreadable
 
     def about(self, decision_id: str) -> list[dict[str, Any]]:

@@ -588,6 +588,73 @@ def test_the_decisions_table_filters_by_tool_caller_outcome_and_time(console: Co
     assert "<svg" in client.get("/console/decisions").text
 
 
+def test_a_call_held_for_approval_reads_as_held_never_as_a_call_that_ran(console: Console) -> None:
+    # The policy's answer was allow with an approval obligation; the call did not run. The
+    # table shows what became of the call from its outcome record, beside the policy's answer.
+    calls: list[tuple[str | None, str | None]] = [("pending", "approval_pending"), ("ok", "ok")]
+    for n, (outcome, code) in enumerate([*calls, (None, None)]):
+        console.sink.submit(
+            {
+                "type": "decision",
+                "time": f"2026-06-01T1{n}:00:00+00:00",
+                "decision_id": f"dec_{n}",
+                "tool": "pay",
+                "context": {"subject": "carl"},
+                "result": "allow",
+                "code": None,
+                "revision": "rev-9",
+            }
+        ).result(5)
+        if outcome is not None:
+            console.sink.submit(
+                {
+                    "type": "outcome",
+                    "time": f"2026-06-01T1{n}:00:01+00:00",
+                    "decision_id": f"dec_{n}",
+                    "tool": "pay",
+                    "outcome": outcome,
+                    "code": code,
+                }
+            ).result(5)
+    client = console.client()
+    sign_in(client, AUDITOR)
+
+    def row(decision_id: str, query: str = "") -> str:
+        page = client.get("/console/decisions?" + query).text
+        start = page.index(f">{decision_id}<")
+        return page[page.rindex("<tr>", 0, start) : page.index("</tr>", start)]
+
+    assert "<td>approval_pending</td>" in row("dec_0")
+    assert "<td>ok</td>" in row("dec_1")
+    assert "(no outcome recorded)" in row("dec_2")
+    held = client.get("/console/decisions?outcome=approval_pending").text
+    assert ">dec_0<" in held
+    assert ">dec_1<" not in held
+    assert ">dec_2<" not in held
+
+
+def test_a_decision_id_in_a_link_is_one_path_segment_whatever_it_holds(console: Console) -> None:
+    console.sink.submit(
+        {
+            "type": "decision",
+            "time": "2026-06-01T10:00:00+00:00",
+            "decision_id": "../approvals?x=1#top",
+            "tool": "pay",
+            "context": {"subject": "carl"},
+            "result": "deny",
+            "code": "denied",
+            "revision": "rev-9",
+        }
+    ).result(5)
+    client = console.client()
+    sign_in(client, AUDITOR)
+
+    page = client.get("/console/decisions").text
+
+    assert 'href="/console/decisions/..%2Fapprovals%3Fx%3D1%23top"' in page
+    assert 'href="/console/decisions/../' not in page
+
+
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
