@@ -75,3 +75,39 @@ def test_the_console_with_several_workers_is_refused(tmp_path: Path) -> None:
         parse_config(
             _data(tmp_path, {"enabled": True, "auditors": ["a"]}, workers=2), base=tmp_path
         )
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/console",
+        "/console/",
+        "/console/login",
+        "/console/decisions",
+        "/console/static/console.css",
+    ],
+)
+def test_with_the_console_off_nothing_is_served_under_its_path(tmp_path: Path, path: str) -> None:
+    from starlette.testclient import TestClient
+
+    from gateway.server import build_service
+
+    def answer(config_data: dict[str, Any], where: str) -> tuple[int, str]:
+        service = build_service(parse_config(config_data, base=tmp_path))
+        with TestClient(service.app) as client:
+            response = client.get(where, headers={"x-request-id": "r-1"})
+        return response.status_code, response.text
+
+    # The committed bundle of the shipped policies: nothing to compile for each service.
+    engine = {
+        "kind": "embedded",
+        "bundle": str(Path(__file__).parents[2] / "bundles/policies.tar.gz"),
+    }
+    off = {**_data(tmp_path), "engine": engine}
+    on = {**_data(tmp_path, {"enabled": True, "auditors": ["alice"]}), "engine": engine}
+
+    status, body = answer(off, path)
+    assert status == 404
+    assert body == answer(off, "/no-such-path")[1]
+    assert "console" not in body
+    assert answer(on, path)[0] != 404
