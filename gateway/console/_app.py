@@ -72,6 +72,64 @@ LOGIN_COOKIE_AGE_S: Final = 600
 _PAGE: Final = 50
 
 
+#: Failed sign-ins one client address may make in a window, and the window.
+SIGN_IN_FAILURES: Final = 10
+SIGN_IN_WINDOW_S: Final = 300.0
+#: The most client addresses whose failures are remembered (the oldest is forgotten first).
+SIGN_IN_ADDRESSES: Final = 4096
+
+
+class SignInThrottle:
+    """Failed sign-ins per client address, at most ``limit`` in any ``window_s``.
+
+    Memory is bounded: at most ``addresses`` addresses of ``limit`` times each.
+    """
+
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        *,
+        limit: int = SIGN_IN_FAILURES,
+        window_s: float = SIGN_IN_WINDOW_S,
+        addresses: int = SIGN_IN_ADDRESSES,
+    ) -> None:
+        self._clock = clock
+        self._limit = limit
+        self._window = window_s
+        self._addresses = addresses
+        self._failures: dict[str, list[float]] = {}
+
+    def _recent(self, address: str, now: float) -> list[float]:
+        times = [t for t in self._failures.get(address, ()) if now - t < self._window]
+        if times:
+            self._failures[address] = times
+        else:
+            self._failures.pop(address, None)
+        return times
+
+    def retry_after(self, address: str) -> int | None:
+        """Seconds until ``address`` may try again, or ``None`` when it may now."""
+        now = self._clock()
+        times = self._recent(address, now)
+        if len(times) < self._limit:
+            return None
+        return max(1, int(times[-self._limit] + self._window - now + 0.999))
+
+    def failed(self, address: str) -> None:
+        """Count one failed sign-in of ``address``."""
+        now = self._clock()
+        times = self._recent(address, now)
+        times.append(now)
+        self._failures.pop(address, None)
+        self._failures[address] = times[-self._limit :]
+        while len(self._failures) > self._addresses:
+            del self._failures[next(iter(self._failures))]
+
+    def succeeded(self, address: str) -> None:
+        """Forget the failures of ``address``."""
+        self._failures.pop(address, None)
+
+
 def _segment(value: object) -> str:
     """``value`` percent-encoded as one path segment (all but letters, digits, ``-._~``)."""
     return urllib.parse.quote(str(value), safe="")
@@ -209,6 +267,7 @@ class ConsoleApp:
         self._reports = replay_reports
         self._wall = wall
         self._login_secret = login_secret or secrets.token_bytes(32)
+        self._throttle = SignInThrottle(wall)
         self._templates = jinja2.Environment(
             loader=jinja2.FileSystemLoader(_HERE / "templates"),
             autoescape=True,
@@ -374,10 +433,32 @@ class ConsoleApp:
             return RedirectResponse(self.prefix + "/", status_code=303)
         return self._login_page(request, error=None)
 
-    async def login(self, request: Request) -> Response:  # noqa: PLR0911 - one return per refusal
-        """``POST /login``: check the credential once, and start a session."""
+    async def login(self, request: Request) -> Response:
+        """``POST /login``: check the credential once, and start a session.
+
+        A client address with :data:`SIGN_IN_FAILURES` failed sign-ins in the last
+        :data:`SIGN_IN_WINDOW_S` seconds is refused (429, ``Retry-After``) without a look at
+        its credential.
+        """
         if not self._same_origin(request):
             return self._plain(403, "The form was not sent from this console.")
+        address = request.client.host if request.client is not None else ""
+        wait = self._throttle.retry_after(address)
+        if wait is not None:
+            _LOG.info("console sign-in refused: too many failed sign-ins from one address")
+            refused = self._login_page(
+                request, error="Too many failed sign-ins; try again later.", status=429
+            )
+            refused.headers["retry-after"] = str(wait)
+            return refused
+        response = await self._login(request)
+        if response.status_code in (401, 403):
+            self._throttle.failed(address)
+        elif response.status_code == 303:
+            self._throttle.succeeded(address)
+        return response
+
+    async def _login(self, request: Request) -> Response:
         try:
             form = await _form(request)
         except _FormTooLargeError:

@@ -814,3 +814,57 @@ def test_the_shipped_pages_reference_nothing_outside_the_console() -> None:
         assert not re.search(r"(?i)(https?:)?//[a-z0-9]", text), path.name
         assert "<script" not in text.lower(), path.name
         assert "@import" not in text, path.name
+
+
+def test_an_address_with_too_many_failed_sign_ins_is_refused_until_its_window_passes(
+    console: Console,
+) -> None:
+    from gateway.console._app import SIGN_IN_FAILURES, SIGN_IN_WINDOW_S
+
+    client = console.client()
+    for _ in range(SIGN_IN_FAILURES):
+        assert sign_in(client, "not-a-key").status_code == 401
+
+    refused = sign_in(client, AUDITOR)
+
+    assert refused.status_code == 429
+    assert 1 <= int(refused.headers["retry-after"]) <= SIGN_IN_WINDOW_S
+    assert AUDITOR not in refused.text
+    assert client.get("/console/decisions").status_code == 303  # no session was made
+    console.wall.advance(SIGN_IN_WINDOW_S)
+    assert sign_in(client, AUDITOR).status_code == 303
+    assert client.get("/console/decisions").status_code == 200
+
+
+def test_a_successful_sign_in_forgets_the_failures_of_its_address(console: Console) -> None:
+    from gateway.console._app import SIGN_IN_FAILURES
+
+    client = console.client()
+    for _ in range(SIGN_IN_FAILURES - 1):
+        sign_in(client, "not-a-key")
+    assert sign_in(client, AUDITOR).status_code == 303
+    other = console.client()
+    for _ in range(SIGN_IN_FAILURES - 1):
+        assert sign_in(other, "not-a-key").status_code == 401
+    assert sign_in(other, AUDITOR).status_code == 303
+
+
+@given(st.lists(st.tuples(st.integers(0, 40), st.booleans(), st.floats(0, 100)), max_size=200))
+def test_the_sign_in_throttle_remembers_a_bounded_number_of_addresses_and_failures(
+    steps: list[tuple[int, bool, float]],
+) -> None:
+    from gateway.console._app import SignInThrottle
+    from gateway.testing import FakeClock
+
+    clock = FakeClock()
+    throttle = SignInThrottle(clock, limit=3, window_s=50.0, addresses=8)
+    for address, ok, wait in steps:
+        clock.advance(wait)
+        if ok:
+            throttle.succeeded(str(address))
+        else:
+            throttle.failed(str(address))
+        assert len(throttle._failures) <= 8
+        assert all(len(times) <= 3 for times in throttle._failures.values())
+        after = throttle.retry_after(str(address))
+        assert after is None or 1 <= after <= 50
