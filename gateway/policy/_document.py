@@ -201,22 +201,21 @@ class InputDocument:
             self._digest = hasher.hexdigest()
         return self._digest
 
+    def _head_pieces(self) -> tuple[bytes, ...]:
+        # Every member before ``tool``, in key order, canonically encoded.
+        return (
+            b'{"arguments":',
+            self._canonical_args(),
+            b',"context":',
+            self._context.json,
+            b',"facts":',
+            self.facts_json,
+            *((b',"state":', self._state) if self._state is not None else ()),
+        )
+
     def to_json(self) -> bytes:
         """The document as JSON bytes, ready to send as ``input``."""
-        return b"".join(
-            (
-                b'{"arguments":',
-                self._canonical_args(),
-                b',"context":',
-                self._context.json,
-                b',"facts":',
-                self.facts_json,
-                *((b',"state":', self._state) if self._state is not None else ()),
-                b',"tool":',
-                _tool_json(self._definition),
-                b"}",
-            )
-        )
+        return b"".join((*self._head_pieces(), b',"tool":', _tool_json(self._definition), b"}"))
 
     def head_json(self) -> bytes:
         """The document without its last member, ``tool``, as JSON bytes.
@@ -225,18 +224,7 @@ class InputDocument:
         object with ``"tool": tool_json`` added (an engine that keeps the tool's definition
         parsed is handed the rest alone, never a document it must take apart).
         """
-        return b"".join(
-            (
-                b'{"arguments":',
-                self._canonical_args(),
-                b',"context":',
-                self._context.json,
-                b',"facts":',
-                self.facts_json,
-                *((b',"state":', self._state) if self._state is not None else ()),
-                b"}",
-            )
-        )
+        return b"".join((*self._head_pieces(), b"}"))
 
     def to_dict(self) -> dict[str, Any]:
         """A fresh decoded copy (exact numbers as ``Decimal``)."""
