@@ -48,6 +48,23 @@ def variant(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
+def relay(variant: Path) -> None:
+    """The upstream serves the relay tools too."""
+    variant.write_text("relay", encoding="utf-8")
+
+
+@pytest.fixture
+def allow_all(tmp_path: Path) -> Path:
+    """A policy folder allowing every call, at ``relay/decision`` (no decision is tested)."""
+    folder = tmp_path / "allow-all"
+    folder.mkdir()
+    (folder / "allow.rego").write_text(
+        'package relay\n\ndecision := {"allow": true, "message": "allowed"}\n', encoding="utf-8"
+    )
+    return folder
+
+
+@pytest.fixture
 def audit_path(tmp_path: Path) -> Path:
     """The gateway's audit trail."""
     return tmp_path / "audit" / "audit.jsonl"

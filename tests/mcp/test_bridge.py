@@ -33,23 +33,6 @@ ERAS = pytest.mark.parametrize("era", ["", "legacy"], ids=["2026-07-28", "2025-1
 WAIT_S = 20
 
 
-@pytest.fixture
-def relay(variant: Path) -> None:
-    """The upstream serves the relay tools too."""
-    variant.write_text("relay", encoding="utf-8")
-
-
-@pytest.fixture
-def allow_all(tmp_path: Path) -> Path:
-    """A policy folder allowing every call (for the relaying tests: no decision is tested)."""
-    folder = tmp_path / "allow-all"
-    folder.mkdir()
-    (folder / "allow.rego").write_text(
-        'package relay\n\ndecision := {"allow": true, "message": "allowed"}\n', encoding="utf-8"
-    )
-    return folder
-
-
 def _text(result: types.CallToolResult) -> str:
     return "".join(block.text for block in result.content if isinstance(block, types.TextContent))
 

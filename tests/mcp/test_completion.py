@@ -19,16 +19,6 @@ from tests.mcp.upstream_server import read_record
 TEMPLATE = "file:///srv/tenants/{tenant}/{name}"
 
 
-@pytest.fixture
-def allow_all(tmp_path: Path) -> Path:
-    folder = tmp_path / "allow-all"
-    folder.mkdir()
-    (folder / "allow.rego").write_text(
-        'package relay\n\ndecision := {"allow": true, "message": "allowed"}\n', encoding="utf-8"
-    )
-    return folder
-
-
 async def test_an_allowed_completion_is_the_upstreams_answer_for_its_prompt_or_template(
     write_config: ConfigWriter, record: Path, allow_all: Path
 ) -> None:

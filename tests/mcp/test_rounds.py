@@ -42,21 +42,6 @@ ANSWER = types.CreateMessageResult(
 )
 
 
-@pytest.fixture
-def relay(variant: Path) -> None:
-    variant.write_text("relay", encoding="utf-8")
-
-
-@pytest.fixture
-def allow_all(tmp_path: Path) -> Path:
-    folder = tmp_path / "allow-all"
-    folder.mkdir()
-    (folder / "allow.rego").write_text(
-        'package relay\n\ndecision := {"allow": true, "message": "allowed"}\n', encoding="utf-8"
-    )
-    return folder
-
-
 async def _refused(client: Client, name: str, arguments: dict[str, Any], **retry: Any) -> int:
     with pytest.raises(MCPError) as refused:
         await client.session.call_tool(name, arguments, allow_input_required=True, **retry)
