@@ -258,6 +258,25 @@ def key_digest(key: str) -> str:
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
+def shipped_service_config(folder: Path) -> dict[str, Any]:
+    """The shipped policies' committed bundle, a cache and an unkeyed trail in ``folder``,
+    and alice's API key: a service that starts without compiling anything."""
+    return {
+        "engine": {"kind": "embedded", "bundle": str(BUNDLE)},
+        "cache": {"enabled": True},
+        "audit": {"path": str(folder / "audit.jsonl"), "fsync": "none", "unkeyed": True},
+        "auth": {
+            "api_keys": [
+                {
+                    "sha256": key_digest(ALICE),
+                    "context": {"subject": "alice", "roles": ["reader"], "tenant": "acme"},
+                }
+            ]
+        },
+        "tools": {"modules": ["examples.example_tools:TOOLS"]},
+    }
+
+
 def gateway_toml(
     *,
     engine: str,

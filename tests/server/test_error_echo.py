@@ -9,11 +9,9 @@ an error says what is wrong and where, in the gateway's own words. The caller's 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import httpx
 import pytest
@@ -22,35 +20,16 @@ from hypothesis import strategies as st
 
 from gateway.server import build_service
 from gateway.service import parse_config
-from tests.server.conftest import ALICE, REPO_ROOT
-
-BUNDLE: Final = REPO_ROOT / "bundles" / "policies.tar.gz"
+from tests.server.conftest import ALICE, REPO_ROOT, shipped_service_config
 
 Send = Callable[[httpx.Request], httpx.Response]
-
-
-def _config(folder: Path) -> dict[str, Any]:
-    return {
-        "engine": {"kind": "embedded", "bundle": str(BUNDLE)},
-        "cache": {"enabled": True},
-        "audit": {"path": str(folder / "audit.jsonl"), "fsync": "none", "unkeyed": True},
-        "auth": {
-            "api_keys": [
-                {
-                    "sha256": hashlib.sha256(ALICE.encode()).hexdigest(),
-                    "context": {"subject": "alice", "roles": ["reader"], "tenant": "acme"},
-                }
-            ]
-        },
-        "tools": {"modules": ["examples.example_tools:TOOLS"]},
-    }
 
 
 @pytest.fixture(scope="module")
 def send(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Send]:
     # One service and one event loop for every example: each request is independent.
     folder = tmp_path_factory.mktemp("echo")
-    service = build_service(parse_config(_config(folder), base=REPO_ROOT))
+    service = build_service(parse_config(shipped_service_config(folder), base=REPO_ROOT))
     starlette = service.app.app
     with asyncio.Runner() as runner:
         lifespan = starlette.router.lifespan_context(starlette)

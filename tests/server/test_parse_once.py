@@ -7,7 +7,6 @@ through the real HTTP app (authentication, pipeline, embedded engine, cache, aud
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from collections.abc import AsyncIterator
 from decimal import Decimal
 from pathlib import Path
@@ -25,9 +24,8 @@ from gateway._errors import InvalidInvocationError
 from gateway.server import build_service
 from gateway.service import parse_config
 from gateway.testing import JsonWork
-from tests.server.conftest import ALICE, REPO_ROOT
+from tests.server.conftest import ALICE, REPO_ROOT, shipped_service_config
 
-BUNDLE: Final = REPO_ROOT / "bundles" / "policies.tar.gz"
 #: What a whole allowed call (fresh arguments: a cache miss) costs at most, as it is now:
 #: one strict parse of the body and one canonical encoding of its arguments (the surface;
 #: admission adds none); the policy input and the audit record each decode and encode the
@@ -38,26 +36,9 @@ MAX_PARSES_PER_CALL: Final = 3
 MAX_ENCODINGS_PER_CALL: Final = 7
 
 
-def _config(folder: Path) -> dict[str, Any]:
-    return {
-        "engine": {"kind": "embedded", "bundle": str(BUNDLE)},
-        "cache": {"enabled": True},
-        "audit": {"path": str(folder / "audit.jsonl"), "fsync": "none", "unkeyed": True},
-        "auth": {
-            "api_keys": [
-                {
-                    "sha256": hashlib.sha256(ALICE.encode()).hexdigest(),
-                    "context": {"subject": "alice", "roles": ["reader"], "tenant": "acme"},
-                }
-            ]
-        },
-        "tools": {"modules": ["examples.example_tools:TOOLS"]},
-    }
-
-
 @pytest.fixture
 async def http(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
-    service = build_service(parse_config(_config(tmp_path), base=REPO_ROOT))
+    service = build_service(parse_config(shipped_service_config(tmp_path), base=REPO_ROOT))
     starlette = service.app.app
     async with starlette.router.lifespan_context(starlette):
         transport = httpx.ASGITransport(app=service.app)
