@@ -868,3 +868,37 @@ def test_the_sign_in_throttle_remembers_a_bounded_number_of_addresses_and_failur
         assert all(len(times) <= 3 for times in throttle._failures.values())
         after = throttle.retry_after(str(address))
         assert after is None or 1 <= after <= 50
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.text(st.characters(codec="utf-8"), min_size=1, max_size=40))
+def test_no_decision_id_can_leave_its_path_segment_in_any_link(
+    console: Console, decision_id: str
+) -> None:
+    import re
+    import urllib.parse
+
+    console.sink.submit(
+        {
+            "type": "decision",
+            "time": "2026-06-01T10:00:00+00:00",
+            "decision_id": decision_id,
+            "tool": "pay",
+            "context": {"subject": "carl"},
+            "result": "deny",
+            "code": "denied",
+            "revision": "rev-9",
+        }
+    ).result(5)
+    client = console.client()
+    sign_in(client, AUDITOR)
+
+    page = client.get("/console/decisions").text
+    links = re.findall(r'href="/console/decisions/([^"]*)"', page)
+
+    assert links
+    for segment in links:
+        assert not set(segment) & set("/?#&\\<>'\" ")
+    assert urllib.parse.quote(decision_id, safe="") in links
