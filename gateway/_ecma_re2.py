@@ -21,6 +21,8 @@ from typing import Final
 
 import re2
 
+from gateway._numerals import ascii_digits
+
 #: ECMA-262's WhiteSpace and LineTerminator code points: what ``\\s`` means there (RE2's
 #: ``\\s`` is ASCII only).
 _SPACE: Final = (
@@ -177,7 +179,7 @@ def _escape(  # noqa: PLR0911, PLR0912 - one branch per escape of the grammar
     if char in _CONTROL:
         code = {"t": 9, "n": 10, "r": 13, "f": 12, "v": 11}[char]
         return _hex(code), code
-    if char == "0" and not reader.peek().isdigit():
+    if char == "0" and not ascii_digits(reader.peek()):
         return _hex(0), 0
     if char == "x":
         code = _hex_digits(reader, 2)
@@ -251,7 +253,7 @@ def _quantifier(reader: _Reader) -> str | None:
             raise UntranslatableError("a lone {")
         reader.take()
         low, comma, high = body.partition(",")
-        if not low.isdigit() or (high and not high.isdigit()):
+        if not ascii_digits(low) or (high and not ascii_digits(high)):
             raise UntranslatableError("a malformed repeat")
         if int(low) > _MAX_REPEAT or (high and int(high) > _MAX_REPEAT):
             raise UntranslatableError("a repeat count over 1000")

@@ -88,6 +88,18 @@ def test_a_pattern_without_a_linear_time_meaning_is_refused_when_the_schema_is_c
         compile_schema(json.dumps(properties).encode())
 
 
+@pytest.mark.parametrize("pattern", ["a{\u00b2}", "a{1,\u0663}", "a{\uff11}", "a{1\u00b9,2}"])
+def test_a_repeat_count_in_other_digits_than_ascii_is_a_schema_error_not_a_crash(
+    pattern: str,
+) -> None:
+    # ECMA-262's DecimalDigit is 0-9: "{²}" is no quantifier (str.isdigit says it is).
+    with pytest.raises(UntranslatableError):
+        translate(pattern)
+    schema = {"type": "object", "properties": {"s": {"type": "string", "pattern": pattern}}}
+    with pytest.raises(SchemaError):
+        compile_schema(json.dumps(schema).encode())
+
+
 def test_ecma_meanings_that_differ_from_re2s_are_kept() -> None:
     cases = [
         (r"^.$", "\u2028", False),  # . is no line terminator in ECMA
@@ -99,6 +111,7 @@ def test_ecma_meanings_that_differ_from_re2s_are_kept() -> None:
         (r"^\w$", "é", False),
         (r"a$", "a\n", False),  # $ is the end of the text only
         (r"^\p{digit}$", "٣", True),
+        ("^\\0\u0663$", "\x00\u0663", True),  # \0 then a non-ECMA digit: NUL, then that
     ]
     for pattern, text, matches in cases:
         assert (compile_linear(pattern).search(text) is not None) is matches, (pattern, text)

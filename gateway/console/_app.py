@@ -43,6 +43,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
+from gateway._numerals import ascii_digits
 from gateway.approvals import PENDING, Approval, ApprovalDesk, ApprovalError, ApprovalStore
 from gateway.console._chart import decisions_chart
 from gateway.console._replay import ReplayView, read_reports, shadow_summary
@@ -181,7 +182,7 @@ class _FormTooLargeError(Exception):
 
 async def _form(request: Request) -> FormData:
     declared = request.headers.get("content-length")
-    if declared is not None and (not declared.isdigit() or int(declared) > MAX_FORM_BYTES):
+    if declared is not None and (not ascii_digits(declared) or int(declared) > MAX_FORM_BYTES):
         raise _FormTooLargeError
     media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if media != "application/x-www-form-urlencoded":
@@ -295,7 +296,11 @@ class ConsoleApp:
                 Route(p + "/decisions/{decision_id}", self.decision, methods=["GET"]),
                 Route(p + "/replay", self.replay, methods=["GET"]),
             ],
-            exception_handlers={404: self._not_found, 405: self._not_allowed},
+            exception_handlers={
+                404: self._not_found,
+                405: self._not_allowed,
+                Exception: self._failed,
+            },
         )
 
     def handles(self, path: object) -> bool:
@@ -307,8 +312,12 @@ class ConsoleApp:
             await self._app(scope, receive, send)
             return
 
+        started = False
+
         async def secured(message: Message) -> None:
+            nonlocal started
             if message["type"] == "http.response.start":
+                started = True
                 headers = [
                     (k, v)
                     for k, v in message.get("headers", [])
@@ -321,8 +330,18 @@ class ConsoleApp:
         try:
             await self._app(scope, receive, secured)
         except Exception:  # noqa: BLE001 - sealed: nothing of the fault reaches the page
-            _LOG.exception("console: a request failed")
-            await self._plain(503, "The console cannot answer now.")(scope, receive, secured)
+            # Starlette answers through _failed, then raises again: one answer per request.
+            if not started:
+                _LOG.exception("console: a request failed")
+                await self._failed_page()(scope, receive, secured)
+
+    async def _failed(self, request: Request, exc: Exception) -> Response:
+        del request
+        _LOG.error("console: a request failed", exc_info=exc)
+        return self._failed_page()
+
+    def _failed_page(self) -> HTMLResponse:
+        return self._plain(503, "The console cannot answer now.")
 
     # -- plumbing -------------------------------------------------------------------------
 
@@ -700,7 +719,7 @@ class ConsoleApp:
         except FilterError as exc:
             filters, error = Filters(), str(exc)
         page_text = request.query_params.get("page", "1")
-        page = int(page_text) if page_text.isdigit() and 0 < len(page_text) < 7 else 1
+        page = int(page_text) if ascii_digits(page_text) and 0 < len(page_text) < 7 else 1
         page = max(page, 1)
         if self._trail is None:
             rows, unreadable, status, chart = [], 0, None, ""

@@ -9,6 +9,7 @@ from decimal import Decimal
 from typing import Any, Final
 
 from gateway import _json
+from gateway._numerals import array_index
 from gateway._output import Content, MediaContent, TextContent, ToolOutput
 from gateway.obligations._model import (
     OutputWithheldError,
@@ -33,10 +34,9 @@ def _unfulfilled(what: str) -> UnfulfilledObligationError:
 def _child(container: Any, key: str) -> tuple[bool, Any]:
     if isinstance(container, dict):
         return (key in container, container.get(key))
-    if isinstance(container, list) and key.isdigit() and (key == "0" or key[0] != "0"):
-        index = int(key)
-        if index < len(container):
-            return True, container[index]
+    index = array_index(key) if isinstance(container, list) else None
+    if index is not None and index < len(container):
+        return True, container[index]
     return False, None
 
 

@@ -24,6 +24,7 @@ import cachetools
 
 from gateway import _json
 from gateway._definition import ToolDefinition
+from gateway._numerals import array_index
 from gateway.policy._sql_facts import sql_facts
 
 #: The version of the ``facts`` member of the input document.
@@ -63,8 +64,10 @@ def _resolve(root: Mapping[str, Any], ref: Any) -> Any:
         token = escaped.replace("~1", "/").replace("~0", "~")
         if isinstance(node, Mapping) and token in node:
             node = node[token]
-        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
-            node = node[int(token)]
+        elif isinstance(node, list) and (index := array_index(token)) is not None:
+            if index >= len(node):
+                return None
+            node = node[index]
         else:
             return None
     return node

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from gateway import _json
+from gateway._numerals import array_index
 
 #: The JSON pointer of an argument, e.g. ``/path`` (RFC 6901).
 Pointer = str
@@ -128,8 +129,10 @@ def _lookup(value: Any, tokens: tuple[str, ...]) -> Any:
     for token in tokens:
         if isinstance(value, dict) and token in value:
             value = value[token]
-        elif isinstance(value, list) and token.isdigit() and int(token) < len(value):
-            value = value[int(token)]
+        elif isinstance(value, list) and (index := array_index(token)) is not None:
+            if index >= len(value):
+                return _ABSENT
+            value = value[index]
         else:
             return _ABSENT
     return value

@@ -22,6 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway import _json
 from gateway._call import ToolCall, admitted_call
+from gateway._numerals import ascii_digits
 from gateway._output import MediaContent, TextContent, ToolOutput
 from gateway.approvals import ApprovalDesk
 from gateway.policy import EMPTY_CONTEXT, CallerContext, ToolVisibility
@@ -262,7 +263,7 @@ class GatewayApp:
                 declared = value.decode("latin-1")
             elif name == b"x-gateway-session" and session is None:
                 session = value.decode("latin-1")
-        if declared is not None and declared.isdigit() and int(declared) > self._limit:
+        if declared is not None and ascii_digits(declared) and int(declared) > self._limit:
             await self._error(send, 413, "body_too_large", self._too_large, request_id)
             return
         chunks: list[bytes] = []

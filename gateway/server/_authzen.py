@@ -58,6 +58,7 @@ from gateway import _json
 from gateway._authorization import Authorization, AuthorizationError, read_answer
 from gateway._call import ToolCall
 from gateway._errors import GatewayError, InvalidInvocationError, MalformedDecisionError
+from gateway._numerals import ascii_digits
 from gateway.audit import AuditingAuthorizer, AuditScope, AuditTrail, AuditWriteError
 from gateway.policy import EMPTY_CONTEXT, CallerContext, caller_context
 from gateway.service import (
@@ -302,7 +303,7 @@ class AuthzenApi:
         too_large = self._error(
             request, 413, "body_too_large", f"request body exceeds {self._limit} bytes"
         )
-        if declared is not None and declared.isdigit() and int(declared) > self._limit:
+        if declared is not None and ascii_digits(declared) and int(declared) > self._limit:
             return too_large
         chunks: list[bytes] = []
         size = 0

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -425,6 +427,37 @@ def test_a_body_that_is_too_large_or_not_a_form_is_refused(
     assert console.store.get("apr_one").status == PENDING  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("declared", [b"\xb2", b"1\xb9", b"-1", b" 20"])
+def test_a_content_length_that_is_no_ascii_numeral_decides_nothing(
+    console: Console, declared: bytes
+) -> None:
+    # "²" (0xB2 read as Latin-1) passes str.isdigit and breaks int(): refused, not a crash.
+    console.pending()
+    client = console.client()
+    sign_in(client, TREASURER)
+    page = client.get("/console/approvals/apr_one")
+    body = f"action=approve&comment=ok&csrf={csrf_of(page.text)}".encode()
+
+    headers = [
+        (b"Origin", ORIGIN.encode()),
+        (b"Content-Type", b"application/x-www-form-urlencoded"),
+        (b"Content-Length", declared),
+        (b"Cookie", "; ".join(f"{c.name}={c.value}" for c in client.cookies.jar).encode()),
+    ]
+
+    async def post() -> httpx.Response:
+        # httpx's own ASGI transport hands the header bytes over as sent (the test client
+        # re-encodes them, which would hide the byte under test).
+        transport = httpx.ASGITransport(app=console.app)
+        async with httpx.AsyncClient(transport=transport, base_url=str(client.base_url)) as raw:
+            return await raw.post("/console/approvals/apr_one", content=body, headers=headers)
+
+    response = asyncio.run(post())
+
+    assert response.status_code == 400
+    assert console.store.get("apr_one").status == PENDING  # type: ignore[union-attr]
+
+
 def test_a_failing_audit_trail_decides_nothing_and_the_page_says_nothing_of_why(
     console: Console,
 ) -> None:
@@ -444,6 +477,25 @@ def test_a_failing_audit_trail_decides_nothing_and_the_page_says_nothing_of_why(
     assert "Traceback" not in response.text
     assert "closed" not in response.text.lower()
     assert console.store.get("apr_one").status == PENDING  # type: ignore[union-attr]
+
+
+def test_an_unexpected_fault_is_answered_once_with_the_plain_503_page(console: Console) -> None:
+    # A fault no handler expects (here the trail file became a folder) reaches Starlette's
+    # error middleware, which answers and raises again: the request still gets one answer,
+    # the console's own page, and nothing of the fault.
+    client = console.client()
+    sign_in(client, AUDITOR)
+    console.sink.close()
+    console.trail_path.unlink(missing_ok=True)
+    console.trail_path.mkdir()
+
+    response = client.get("/console/decisions")
+
+    assert response.status_code == 503
+    assert "The console cannot answer now." in response.text
+    assert "Directory" not in response.text
+    csp = SECURITY_HEADERS["Content-Security-Policy"]
+    assert response.headers["content-security-policy"] == csp
 
 
 # -- sessions ---------------------------------------------------------------------------------
@@ -661,7 +713,11 @@ def test_a_decision_id_in_a_link_is_one_path_segment_whatever_it_holds(console: 
 @given(
     params=st.dictionaries(
         st.sampled_from(["tool", "caller", "outcome", "since", "until", "page", "other"]),
-        st.one_of(st.text(max_size=300), st.text(max_size=40).map(lambda t: '"><x-injected ' + t)),
+        st.one_of(
+            st.text(max_size=300),
+            st.text(max_size=40).map(lambda t: '"><x-injected ' + t),
+            st.text(alphabet="0123456789\u00b2\u0663\u2460\uff10 -", max_size=8),  # numerals
+        ),
         max_size=6,
     )
 )
@@ -675,6 +731,21 @@ def test_any_filter_query_is_answered_200_or_400_and_never_echoed_unescaped(
 
     assert response.status_code in (200, 400)
     assert "<x-injected" not in response.text
+
+
+@pytest.mark.parametrize("page", ["\u00b2", "\u0663", "1\u00b9", "\uff12", "-1", "0", "999999"])
+def test_a_page_number_that_is_no_ascii_numeral_shows_the_first_page(
+    console: Console, page: str
+) -> None:
+    # "²" passes str.isdigit and breaks int(); "٣" is read as 3: neither is a page number.
+    console.pending()
+    client = console.client()
+    sign_in(client, AUDITOR)
+
+    response = client.get("/console/decisions", params={"page": page})
+
+    assert response.status_code == 200
+    assert ("dec_apr_one" in response.text) is (page != "999999")
 
 
 @pytest.mark.parametrize(

@@ -151,3 +151,26 @@ def test_a_wrong_method_on_a_known_path_is_refused_in_the_gateways_own_words(
     assert response.status_code == 405
     assert response.json()["message"] == "the path does not take that method"
     assert response.headers["allow"] == "POST"
+
+
+@pytest.mark.parametrize("declared", [b"\xb2", b"\xd9\xa3", b"1\xb9", b"-1", b"1e3"])
+def test_a_content_length_that_is_no_ascii_numeral_is_not_trusted_and_crashes_nothing(
+    send: Send, declared: bytes
+) -> None:
+    # "²" (0xB2 read as Latin-1) passes str.isdigit and breaks int(); "٣" is read as 3.
+    body = b'{"id": "1", "name": "add", "arguments": {"a": 1, "b": 2}}'
+    request = httpx.Request(
+        "POST",
+        "http://gateway/v1/calls",
+        content=body,
+        headers=[
+            (b"X-API-Key", ALICE.encode()),
+            (b"Content-Type", b"application/json"),
+            (b"Content-Length", declared),
+        ],
+    )
+
+    response = send(request)
+
+    assert response.status_code == 200, response.text
+    assert response.json()["output"]["content"][0]["text"] == "3"
