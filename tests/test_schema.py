@@ -526,6 +526,25 @@ def test_each_format_admits_its_grammar_and_refuses_variants_and_trailing_newlin
     assert _admits(schema, 12) is True  # a format constrains strings only
 
 
+def test_a_regex_argument_is_checked_and_never_kept_by_the_pattern_cache() -> None:
+    # The schema patterns' cache holds what schemas say; an argument's text is the caller's
+    # choice, and a thousand distinct 1 MiB patterns compiled and kept would fill the process.
+    from gateway._formats import ecma_regex
+
+    schema = compile_schema(dumps({"type": "string", "format": "regex"}).encode())
+    before = ecma_regex.cache_info()
+    for n in range(50):
+        assert _admits_raw(schema, dumps(f"(?:a|b){{{n}}}c"))
+        assert not _admits_raw(schema, dumps(f"(?P<n{n}>a)"))
+    after = ecma_regex.cache_info()
+
+    assert (after.currsize, after.hits, after.misses) == (
+        before.currsize,
+        before.hits,
+        before.misses,
+    )
+
+
 #: (format, admitted instances, refused instances) of the OpenAPI Format Registry.
 OPENAPI_FORMATS: dict[str, tuple[list[Any], list[Any]]] = {
     "int32": ([0, -(2**31), 2**31 - 1, Decimal("7.0"), "text"], [2**31, -(2**31) - 1, 1.5]),
