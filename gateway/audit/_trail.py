@@ -61,6 +61,8 @@ from gateway.policy import current_caller
 
 _MEMO_MAX_BYTES: Final = 4096
 _MEMO_ENTRIES: Final = 4096
+#: Masked caller contexts remembered (each at most _MEMO_MAX_BYTES encoded).
+_CONTEXT_MEMO_ENTRIES: Final = 1024
 
 
 @dataclasses.dataclass(slots=True)
@@ -133,6 +135,9 @@ class AuditTrail:
         self._memo: cachetools.LRUCache[bytes, tuple[str, str, tuple[str, ...]]] = (
             cachetools.LRUCache(maxsize=_MEMO_ENTRIES)
         )
+        self._context_memo: cachetools.LRUCache[bytes, tuple[str, tuple[str, ...]]] = (
+            cachetools.LRUCache(maxsize=_CONTEXT_MEMO_ENTRIES)
+        )
         self._memo_lock = threading.Lock()
 
     @property
@@ -157,10 +162,32 @@ class AuditTrail:
 
     def _context(self, request_id: str | None, found: list[str]) -> Any:
         # What the policy saw, and the request id beside it (which the policy never sees).
-        context = current_caller().as_dict()
+        # A caller's context repeats call after call: its masked form and masked values are
+        # remembered by its canonical bytes (bounded), and each record gets a fresh copy. The
+        # masker treats each member on its own, so the request id is masked apart and added.
+        caller = current_caller()
+        encoded = caller.json
+        if len(encoded) > _MEMO_MAX_BYTES or (
+            request_id is not None and b'"request_id":' in encoded
+        ):
+            context = caller.as_dict()
+            if request_id is not None:
+                context["request_id"] = request_id
+            return _recordable(self._masker.mask(context, found))
+        with self._memo_lock:
+            known = self._context_memo.get(encoded)
+        if known is None:
+            own: list[str] = []
+            masked = _recordable(self._masker.mask(caller.as_dict(), own))
+            known = (json.dumps(masked, ensure_ascii=False, allow_nan=False), tuple(own))
+            with self._memo_lock:
+                self._context_memo[encoded] = known
+        masked_json, secrets = known
+        found.extend(secrets)
+        context = json.loads(masked_json)
         if request_id is not None:
-            context["request_id"] = request_id
-        return _recordable(self._masker.mask(context, found))
+            context.update(self._masker.mask({"request_id": request_id}, found))
+        return context
 
     def _masked(
         self, arguments: bytes, found: list[str], request_id: str | None

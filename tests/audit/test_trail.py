@@ -10,10 +10,13 @@ import json
 import os
 import time
 from collections.abc import Callable
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway import (
     Authorization,
@@ -41,12 +44,14 @@ from gateway.audit import (
     trail_files,
     verify,
 )
+from gateway.audit._trail import _recordable
 from gateway.cli import main
 from gateway.policy import (
     EngineError,
     EngineTimeoutError,
     UndefinedDecisionError,
     caller_context,
+    current_caller,
 )
 from gateway.testing import FakeClock, RecordingTool, StaticAuthorizer
 
@@ -811,3 +816,61 @@ async def test_ten_thousand_concurrent_calls_leave_ten_thousand_linked_pairs_in_
     assert main(["audit", "verify", "--key-file", str(key), str(path)]) == 0
     assert f"ok: {path}: {2 * CALLS} records" in capsys.readouterr().out
     print(f"{CALLS} guarded calls through the audit trail: {elapsed:.2f} s")
+
+
+# -- the masked caller context, remembered per context -------------------------------------
+
+_CONTEXT_NAMES = st.sampled_from(
+    ["subject", "roles", "password", "api_key", "request_id", "note", "Card-Number"]
+)
+_CONTEXT_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.sampled_from([Decimal("1.5"), Decimal("1e400"), Decimal("-0.0")])
+    | st.sampled_from(["reader", "password: hunter2", "Bearer abcdefgh12345", "sk-" + "a" * 24])
+    | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_CONTEXT_NAMES, inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    context=st.dictionaries(_CONTEXT_NAMES, _CONTEXT_VALUES, max_size=5),
+    request_ids=st.lists(
+        st.none() | st.sampled_from(["r-1", "token=abcdef", "sk-" + "b" * 24]),
+        min_size=2,
+        max_size=4,
+    ),
+)
+def test_a_remembered_masked_context_is_the_one_masked_afresh(
+    context: dict[str, Any], request_ids: list[str | None]
+) -> None:
+    # Every record of a repeated context is served from the memo after the first: each must
+    # equal masking the context and its request id afresh, secrets (and their order) too.
+    masker = Masker(key=MASK_KEY)
+    trail = make_trail(MemorySink(), masker)
+    definition = bind(function_tool(add)).definition
+    with caller_context(context):
+        caller = current_caller()
+        for request_id in request_ids:
+            secrets: list[str] = []
+            _, record = trail.decision_record(
+                Authorization(definition, b'{"a": 1, "b": 2}'),
+                call_id="c",
+                decision=Decision(allowed=True),
+                error=None,
+                latency=0.0,
+                secrets=secrets,
+                request_id=request_id,
+            )
+            fresh = caller.as_dict()
+            if request_id is not None:
+                fresh["request_id"] = request_id
+            expected_secrets: list[str] = []
+            # As the record holds it: masked, then scrubbed of every raw masked value.
+            expected = masker.scrub(_recordable(masker.mask(fresh, expected_secrets)), secrets)
+            assert record["context"] == expected
+            assert json.dumps(record["context"]) == json.dumps(expected)  # order and types
+            assert secrets == expected_secrets
