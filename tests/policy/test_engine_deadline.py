@@ -47,8 +47,12 @@ from tests.policy.conftest import (
 )
 
 SLOW: Final = "gateway/faults/slow"
-#: Seconds of evaluation on every engine (OPA ~4 s, its compiled wasm ~1 s on a quiet machine).
-SLOW_ARGUMENTS: Final = json.dumps({"xs": list(range(3000))}).encode()
+#: Far longer than SHORT on every engine and machine: the work is quadratic, and 3,000 items
+#: took OPA ~4 s and its compiled wasm ~1 s on one 2-core machine but ~0.3 s on a faster one,
+#: which let the wasm answer inside the deadline. 10,000 items are 11 times that work, and
+#: still under the 64 KiB inline size (an engine stops at its deadline, OPA when the client
+#: goes away, so the extra work is never done).
+SLOW_ARGUMENTS: Final = json.dumps({"xs": list(range(10_000))}).encode()
 FAST_ARGUMENTS: Final = b'{"xs": [1, 2]}'
 SHORT: Final = 0.3
 #: The compiled entrypoints of the test policy these tests ask.
@@ -150,7 +154,7 @@ async def _loop_runs_during(engine: EmbeddedEngine, document: InputDocument) -> 
 async def test_the_event_loop_keeps_running_while_a_slow_small_input_is_evaluated(
     embedded: EmbeddedEngine,
 ) -> None:
-    # A 15 KB input: inline first, then on a thread once it overruns the inline budget.
+    # A 59 KB input: inline first, then on a thread once it overruns the inline budget.
     assert len(SLOW_ARGUMENTS) < 64 << 10
     assert await _loop_runs_during(embedded, slow_document())
     with pytest.raises(EngineTimeoutError):
