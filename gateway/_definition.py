@@ -85,6 +85,7 @@ class ToolDefinition:
     __slots__ = (
         "_annotations",
         "_description",
+        "_hash",
         "_key",
         "_name",
         "_output_schema",
@@ -99,6 +100,9 @@ class ToolDefinition:
     _annotations: bytes | None
     _output_schema: bytes | None
     _key: tuple[object, ...]
+    # The key's hash, computed once: a definition keys the digest memos on every call, and a
+    # tuple does not keep its hash.
+    _hash: int
 
     def __init__(
         self,
@@ -152,9 +156,9 @@ class ToolDefinition:
         object.__setattr__(self, "_title", title)
         object.__setattr__(self, "_annotations", annotations_json)
         object.__setattr__(self, "_output_schema", output_json)
-        object.__setattr__(
-            self, "_key", (name, description, schema, title, annotations_json, output_json)
-        )
+        key = (name, description, schema, title, annotations_json, output_json)
+        object.__setattr__(self, "_key", key)
+        object.__setattr__(self, "_hash", hash(key))
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"ToolDefinition is immutable: cannot set {name!r}")
@@ -214,7 +218,7 @@ class ToolDefinition:
         return self._key == other._key
 
     def __hash__(self) -> int:
-        return hash(self._key)
+        return self._hash
 
     def __repr__(self) -> str:
         return f"ToolDefinition(name={self._name!r}, description={self._description!r})"

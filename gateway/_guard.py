@@ -25,11 +25,6 @@ _T = TypeVar("_T")
 _REFUSAL: Final = 'error: tool "{name}" is not authorized'
 
 
-def _cancel_requested() -> bool:
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
-
-
 class Guard:
     """Runs the inner tool only after an explicit allow from the authorizer.
 
@@ -102,10 +97,12 @@ class Guard:
             AuthorizationError: no decision (the cause is sealed).
             Failure: the policy refused (kind ``rejected``, no cause).
         """
-        if _cancel_requested():
+        # The task is looked up once: a coroutine runs in one task from start to end.
+        task = asyncio.current_task()
+        if task is not None and task.cancelling() > 0:
             raise asyncio.CancelledError
-        name = self._definition.name
-        authorization = Authorization(self._definition, invocation.arguments)
+        definition = self._definition
+        authorization = Authorization(definition, invocation.arguments)
         cause: Exception | None = None
         result: object = None
         try:
@@ -115,7 +112,7 @@ class Guard:
         # A cancellation requested while the policy ran wins over whatever the policy
         # answered or raised (it may have swallowed the CancelledError): a cancellation
         # never becomes an AuthorizationError or a Failure.
-        if _cancel_requested():
+        if task is not None and task.cancelling() > 0:
             raise asyncio.CancelledError
         if cause is None:
             try:
@@ -124,9 +121,10 @@ class Guard:
                 cause = exc
         # Raised outside the except blocks so that nothing is chained into __context__.
         if cause is not None:
-            raise AuthorizationError(name, cause)
+            raise AuthorizationError(definition.name, cause)
         if decision.allowed is not True:
-            raise Failure(FailureKind.REJECTED, decision.message or _REFUSAL.format(name=name))
+            message = decision.message or _REFUSAL.format(name=definition.name)
+            raise Failure(FailureKind.REJECTED, message)
         if not decision.obligations:
             return await self._tool.call(invocation)
         return await self._fulfil(invocation, decision.obligations)

@@ -28,8 +28,8 @@ from typing import Final
 
 from gateway._authorization import Authorization, Decision, read_answer
 from gateway._definition import ToolDefinition
-from gateway.policy._context import current_caller
-from gateway.policy._document import InputDocument, current_state_input
+from gateway.policy._context import _CURRENT
+from gateway.policy._document import _STATE, InputDocument
 from gateway.policy._errors import PolicyError
 from gateway.policy._paths import PathView
 
@@ -107,17 +107,6 @@ class DecisionCache:
         self._misses = 0
         self._coalesced = 0
 
-    def _live(self, key: CacheKey) -> Decision | None:
-        # The lock-free read: a live entry is marked used and counted as a hit. The hit
-        # counter is exact for callers on one thread (an event loop); threads hitting at
-        # the same instant may undercount it, never the decisions served.
-        entry = self._entries.get(key)
-        if entry is None or not self._clock() < entry.expires:
-            return None
-        entry.used = True
-        self._hits += 1
-        return entry.decision
-
     def _expire(self, now: float) -> None:
         # Under the lock: drop every expired entry (not counted as evictions).
         dead = [key for key, entry in self._entries.items() if not now < entry.expires]
@@ -163,7 +152,15 @@ class DecisionCache:
 
     def get(self, key: CacheKey) -> Decision | None:
         """A live decision for ``key``, or ``None`` (takes no lock)."""
-        return self._live(key)
+        # The lock-free read: a live entry is marked used and counted as a hit. The hit
+        # counter is exact for callers on one thread (an event loop); threads hitting at
+        # the same instant may undercount it, never the decisions served.
+        entry = self._entries.get(key)
+        if entry is None or not self._clock() < entry.expires:
+            return None
+        entry.used = True
+        self._hits += 1
+        return entry.decision
 
     def put(
         self,
@@ -240,7 +237,7 @@ class DecisionCache:
         When the shared evaluation fails (or its caller is cancelled), every waiter gets a
         failure too (no decision) and nothing is cached.
         """
-        hit = self._live(key)
+        hit = self.get(key)
         if hit is not None:
             return hit
         with self._lock:
@@ -352,10 +349,11 @@ class CachingAuthorizer:
 
     async def authorize(self, authorization: Authorization) -> Decision:
         """Decide on one authorization, through the cache when there is one."""
-        context = current_caller()
+        # current_caller() and current_state_input(), read directly: this is the hit path.
+        context = _CURRENT.get()
         cache = self._cache
         # A decision on session state (counts, labels) is never cached (gateway.state).
-        if cache is None or current_state_input() is not None:
+        if cache is None or _STATE.get() is not None:
             document = InputDocument(authorization, context, path_view=self._path_view)
             return await self._evaluate(document)
         definition, arguments = authorization.definition, authorization.arguments

@@ -240,7 +240,8 @@ def test_evaluation_with_kept_definitions_equals_evaluation_of_the_whole_documen
     engine = _property_engine(members)
     encoded_arguments = json.dumps(arguments).encode()
     for name, schema, description in definitions:
-        definition = ToolDefinition(name, {"type": "object", **schema}, description)
+        # "type" last: a generated member named "type" must not override it.
+        definition = ToolDefinition(name, {**schema, "type": "object"}, description)
         document = _document(definition, encoded_arguments)
         kept = engine.evaluate_sync("members/echo", document)
         whole = engine.evaluate_sync("members/echo", document.to_json())
