@@ -437,7 +437,8 @@ class AuditingAuthorizer:
             # The audit fields are in the record just written: fulfilled.
             kept = tuple(o for o in decision.obligations if not isinstance(o, AuditFields))
             return dataclasses.replace(decision, decision_id=decision_id, obligations=kept)
-        return dataclasses.replace(decision, decision_id=decision_id)
+        # The decision was checked when it was made: only its id changes.
+        return decision.identified(decision_id, decision.revision)
 
 
 class AuditedTool:
