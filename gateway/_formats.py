@@ -39,10 +39,18 @@ def ecma_regex(pattern: str) -> regress.Regex:
         raise ValueError("not a valid ECMA-262 regular expression") from None
 
 
+#: The longest text ``format: "regex"`` accepts. Compiling costs up to ~4 µs per character
+#: (``[\\p{L}\\p{L}...]``): a 1 MiB argument would hold a core for seconds at admission,
+#: 4,096 characters hold it for at most ~20 ms. A schema's own patterns are held to it too.
+MAX_REGEX_CHARS: Final = 4096
+
+
 def _is_regex(text: str) -> bool:
     # The text is an argument's (or a schema's, checked once): compiled and dropped, never
     # kept in ecma_regex's cache, whose entries a caller would choose (a compiled 1 MiB
     # pattern holds about 20 MB; a thousand distinct ones, the process).
+    if len(text) > MAX_REGEX_CHARS:
+        return False
     try:
         regress.Regex(text, "u")
     except regress.RegressError:

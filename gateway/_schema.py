@@ -321,6 +321,9 @@ def _phrase(error: ValidationError) -> str:  # noqa: PLR0911, PLR0912 - one tabl
     if keyword == "pattern":
         return f"must match the pattern {_constant(value)}"
     if keyword == "format":
+        limit = _formats.MAX_REGEX_CHARS
+        if value == "regex" and isinstance(instance, str) and len(instance) > limit:
+            return f"must be a regex of at most {limit} characters"
         return f"must be a valid {_constant(value)}"
     if keyword == "enum":
         return "must be one of the values the schema lists"

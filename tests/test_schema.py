@@ -571,3 +571,29 @@ def test_openapi_registry_formats_are_asserted_exactly(name: str) -> None:
 def test_a_format_without_a_checker_is_refused_at_compile(name: str) -> None:
     with pytest.raises(SchemaError, match=re.escape(f"format {name!r} has no checker")):
         compile_schema(_json.canonical({"properties": {"x": {"format": name}}}))
+
+
+def test_a_regex_is_at_most_4096_characters_as_an_argument_and_as_a_schema_pattern() -> None:
+    # Compiling costs up to ~4 us a character ([\p{L}\p{L}...]): a 1 MiB argument would hold
+    # a core for seconds at admission. The bound is the same for a schema's own patterns.
+    from gateway._formats import MAX_REGEX_CHARS
+
+    unit = "[\\p{L}]"  # 7 characters
+    longest = unit * (MAX_REGEX_CHARS // 7) + "a" * (MAX_REGEX_CHARS % 7)
+    assert len(longest) == MAX_REGEX_CHARS
+    schema = compile_schema(dumps({"type": "string", "format": "regex"}).encode())
+
+    assert _admits_raw(schema, dumps(longest))
+    for too_long in (longest + "a", unit * 150_000):
+        with pytest.raises(
+            ValueError, match="must be a regex of at most 4096 characters"
+        ) as refused:
+            schema.validate(_json.parse(dumps(too_long).encode()))
+        assert "p{L}" not in str(refused.value)  # the text is never quoted
+
+    pattern_schema = {"type": "object", "properties": {"q": {"type": "string"}}}
+    pattern_schema["properties"]["q"]["pattern"] = longest
+    compile_schema(dumps(pattern_schema).encode())
+    pattern_schema["properties"]["q"]["pattern"] = longest + "a"
+    with pytest.raises(SchemaError, match="/properties/q/pattern: must be a regex of at most 4096"):
+        compile_schema(dumps(pattern_schema).encode())
