@@ -591,9 +591,10 @@ def test_a_regex_is_at_most_4096_characters_as_an_argument_and_as_a_schema_patte
             schema.validate(_json.parse(dumps(too_long).encode()))
         assert "p{L}" not in str(refused.value)  # the text is never quoted
 
-    pattern_schema = {"type": "object", "properties": {"q": {"type": "string"}}}
-    pattern_schema["properties"]["q"]["pattern"] = longest
-    compile_schema(dumps(pattern_schema).encode())
-    pattern_schema["properties"]["q"]["pattern"] = longest + "a"
+    def pattern_schema(pattern: str) -> bytes:
+        properties = {"q": {"type": "string", "pattern": pattern}}
+        return dumps({"type": "object", "properties": properties}).encode()
+
+    compile_schema(pattern_schema(longest))
     with pytest.raises(SchemaError, match="/properties/q/pattern: must be a regex of at most 4096"):
-        compile_schema(dumps(pattern_schema).encode())
+        compile_schema(pattern_schema(longest + "a"))
