@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -685,12 +687,13 @@ def test_a_call_held_for_approval_reads_as_held_never_as_a_call_that_ran(console
     assert ">dec_2<" not in held
 
 
-def test_a_decision_id_in_a_link_is_one_path_segment_whatever_it_holds(console: Console) -> None:
+def _decisions_page_with(console: Console, decision_id: str) -> str:
+    # The auditor's decisions page once a denied pay call with this decision id is recorded.
     console.sink.submit(
         {
             "type": "decision",
             "time": "2026-06-01T10:00:00+00:00",
-            "decision_id": "../approvals?x=1#top",
+            "decision_id": decision_id,
             "tool": "pay",
             "context": {"subject": "carl"},
             "result": "deny",
@@ -700,8 +703,11 @@ def test_a_decision_id_in_a_link_is_one_path_segment_whatever_it_holds(console: 
     ).result(5)
     client = console.client()
     sign_in(client, AUDITOR)
+    return client.get("/console/decisions").text
 
-    page = client.get("/console/decisions").text
+
+def test_a_decision_id_in_a_link_is_one_path_segment_whatever_it_holds(console: Console) -> None:
+    page = _decisions_page_with(console, "../approvals?x=1#top")
 
     assert 'href="/console/decisions/..%2Fapprovals%3Fx%3D1%23top"' in page
     assert 'href="/console/decisions/../' not in page
@@ -948,25 +954,7 @@ def test_the_sign_in_throttle_remembers_a_bounded_number_of_addresses_and_failur
 def test_no_decision_id_can_leave_its_path_segment_in_any_link(
     console: Console, decision_id: str
 ) -> None:
-    import re
-    import urllib.parse
-
-    console.sink.submit(
-        {
-            "type": "decision",
-            "time": "2026-06-01T10:00:00+00:00",
-            "decision_id": decision_id,
-            "tool": "pay",
-            "context": {"subject": "carl"},
-            "result": "deny",
-            "code": "denied",
-            "revision": "rev-9",
-        }
-    ).result(5)
-    client = console.client()
-    sign_in(client, AUDITOR)
-
-    page = client.get("/console/decisions").text
+    page = _decisions_page_with(console, decision_id)
     links = re.findall(r'href="/console/decisions/([^"]*)"', page)
 
     assert links
