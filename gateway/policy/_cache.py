@@ -28,8 +28,8 @@ from typing import Final
 
 from gateway._authorization import Authorization, Decision, read_answer
 from gateway._definition import ToolDefinition
-from gateway.policy._context import _CURRENT
-from gateway.policy._document import _STATE, InputDocument
+from gateway.policy._context import current_caller
+from gateway.policy._document import InputDocument, current_state_input
 from gateway.policy._errors import PolicyError
 from gateway.policy._paths import PathView
 
@@ -349,11 +349,10 @@ class CachingAuthorizer:
 
     async def authorize(self, authorization: Authorization) -> Decision:
         """Decide on one authorization, through the cache when there is one."""
-        # current_caller() and current_state_input(), read directly: this is the hit path.
-        context = _CURRENT.get()
+        context = current_caller()
         cache = self._cache
         # A decision on session state (counts, labels) is never cached (gateway.state).
-        if cache is None or _STATE.get() is not None:
+        if cache is None or current_state_input() is not None:
             document = InputDocument(authorization, context, path_view=self._path_view)
             return await self._evaluate(document)
         definition, arguments = authorization.definition, authorization.arguments
