@@ -282,7 +282,7 @@ class Func:
             schema, or the name or description is invalid.
     """
 
-    __slots__ = ("_declared", "_definition", "_fn", "_is_async", "_model", "_validator")
+    __slots__ = ("_declared", "_definition", "_fields", "_fn", "_is_async", "_model", "_validator")
 
     def __init__(
         self,
@@ -307,6 +307,9 @@ class Func:
             getattr(fn, "__call__", None)  # noqa: B004 - async callable objects
         )
         self._model = model
+        # The parameters, in the model's order, read once (pydantic's class attribute
+        # ``model_fields`` is a descriptor that builds its answer on each read).
+        self._fields = tuple(model.model_fields)
         self._definition = definition
         self._declared = _declared_names(schema)
         self._validator = _strict_decoder(model, self._declared)
@@ -334,7 +337,7 @@ class Func:
             decoded = _decode(self._model, invocation.arguments, self._declared)
         except ValueError as exc:
             raise ValueError(f"tool: decode function arguments: {exc}") from None
-        kwargs = {field: getattr(decoded, field) for field in type(decoded).model_fields}
+        kwargs = {field: getattr(decoded, field) for field in self._fields}
         if self._is_async:
             result = await self._fn(**kwargs)
         else:

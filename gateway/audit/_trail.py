@@ -26,7 +26,6 @@ import json
 import math
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable
 from decimal import Decimal
 from typing import Any, Final
@@ -47,6 +46,7 @@ from gateway._definition import ToolDefinition
 from gateway._errors import MalformedDecisionError
 from gateway._failure import Failure, FailureKind
 from gateway._guard import Guard
+from gateway._ids import random_hex
 from gateway._output import ToolOutput
 from gateway.audit._mask import Masker
 from gateway.audit._sinks import AuditSink, AuditWriteError, JsonlFileSink
@@ -125,7 +125,7 @@ class AuditTrail:
         masker: Masker | None = None,
         wall_clock: Callable[[], float] = time.time,
         timer: Callable[[], float] = time.perf_counter,
-        new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
+        new_id: Callable[[], str] = random_hex,
     ) -> None:
         self._sink = sink
         self._masker = masker or Masker()

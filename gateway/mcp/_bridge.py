@@ -35,7 +35,6 @@ import json
 import logging
 import secrets
 import time
-import uuid
 import weakref
 from collections.abc import Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -61,6 +60,7 @@ from pydantic import ValidationError
 
 from gateway import _json
 from gateway._call import ToolCall
+from gateway._ids import random_hex
 from gateway.audit import AuditTrail
 from gateway.mcp._catalog import COMPLETE, GET_PROMPT, READ, SUBSCRIBE, action_tools
 from gateway.mcp._content import ActionOutput, public_text
@@ -851,7 +851,7 @@ class Bridge:
         return await self.serve(ctx, start, target=target, arguments=raw, params=params)
 
     async def _decide(self, ctx: ServerRequestContext[Any, Any], name: str, raw: bytes) -> bytes:
-        call = ToolCall(f"mcp-{uuid.uuid4().hex}", name, raw)
+        call = ToolCall(f"mcp-{random_hex()}", name, raw)
         scope = getattr(ctx.request, "scope", None)
         request_id = request_id_in(scope) if isinstance(scope, dict) else None
         with caller_context(self._caller(ctx)):

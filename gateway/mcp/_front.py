@@ -40,7 +40,6 @@ import contextvars
 import dataclasses
 import json
 import logging
-import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
@@ -55,6 +54,7 @@ from starlette.types import ASGIApp
 from gateway import _json
 from gateway._call import ToolCall
 from gateway._definition import ToolDefinition
+from gateway._ids import random_hex
 from gateway._output import ToolOutput
 from gateway.audit import AuditTrail
 from gateway.mcp._bridge import Bridge, GatewayServer
@@ -228,7 +228,7 @@ class McpFront:
         self._stdio_context = stdio_context
         # The session of a client without HTTP sessions (stdio, in process): one per front,
         # as one such front serves one client (gateway.state keys it by the caller too).
-        self._pipe_session = f"pipe-{uuid.uuid4().hex}"
+        self._pipe_session = f"pipe-{random_hex()}"
         self._audit = audit
         self.server: Server[Any] = GatewayServer(
             name,
@@ -377,7 +377,7 @@ class McpFront:
         arguments = self._arguments(ctx, params)
 
         async def start() -> types.CallToolResult:
-            call = ToolCall(f"mcp-{uuid.uuid4().hex}", params.name, arguments)
+            call = ToolCall(f"mcp-{random_hex()}", params.name, arguments)
             gateway = self._gateway
             request = ctx.request
             with (

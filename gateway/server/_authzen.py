@@ -43,7 +43,6 @@ otherwise).
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -58,6 +57,7 @@ from gateway import _json
 from gateway._authorization import Authorization, AuthorizationError, read_answer
 from gateway._call import ToolCall
 from gateway._errors import GatewayError, InvalidInvocationError, MalformedDecisionError
+from gateway._ids import random_hex
 from gateway._numerals import ascii_digits
 from gateway.audit import AuditingAuthorizer, AuditScope, AuditTrail, AuditWriteError
 from gateway.policy import EMPTY_CONTEXT, CallerContext, caller_context
@@ -435,7 +435,7 @@ class AuthzenApi:
         if self.gateway.registry.resolve(tool) is None:
             return _refusal(ResultCode.UNKNOWN_TOOL, "no such tool")
         # Re-encoded from the exact decoded values: numbers are never rounded.
-        return ToolCall(f"authzen-{uuid.uuid4().hex}", tool, _json.canonical(arguments))
+        return ToolCall(f"authzen-{random_hex()}", tool, _json.canonical(arguments))
 
     async def decide(
         self, evaluation: Evaluation, caller: CallerContext, request_id: str | None

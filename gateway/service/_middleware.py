@@ -15,8 +15,6 @@ trail and the response, and the policy never sees it.
 from __future__ import annotations
 
 import logging
-import os
-import random
 import re
 from collections.abc import Callable, Collection, Mapping
 from typing import Any, Final
@@ -25,6 +23,7 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from gateway._ids import random_hex
 from gateway.service._auth import Authenticator, AuthFailure
 
 _LOG: Final = logging.getLogger("gateway.service")
@@ -49,16 +48,9 @@ AUTHENTICATION_REQUIRED: Final = "authentication required"
 OnRefusal = Callable[[Scope], None]
 
 
-# Request ids need to be distinct, not secret (a caller may choose its own): 128 bits from a
-# generator seeded by the OS, not a system call per request as uuid4 makes; reseeded in a
-# forked child so that two processes never share a sequence.
-_IDS: Final = random.Random(os.urandom(32))  # noqa: S311 - uniqueness, not secrecy
-os.register_at_fork(after_in_child=lambda: _IDS.seed(os.urandom(32)))
-
-
 def new_request_id() -> str:
-    """A fresh request id: 32 hexadecimal digits (128 random bits)."""
-    return f"{_IDS.getrandbits(128):032x}"
+    """A fresh request id: 32 hexadecimal digits (128 random bits, see ``gateway._ids``)."""
+    return random_hex()
 
 
 def request_id_of(headers: Mapping[str, str], *, new_id: Callable[[], str] | None = None) -> str:
