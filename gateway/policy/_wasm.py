@@ -890,6 +890,12 @@ def _answer(text: bytes, revision: str) -> EngineAnswer:
 
 #: EngineAnswer's own slot for ``value``, which :class:`_LazyAnswer` fills on first use.
 _VALUE_SLOT: Final = EngineAnswer.__dict__["value"]
+# Its other slots' setters: a frozen dataclass's fields are set through ``object.__setattr__``,
+# which costs twice as much as the slot's own setter.
+_SET_DEFINED: Final = EngineAnswer.__dict__["defined"].__set__
+_SET_DECISION_ID: Final = EngineAnswer.__dict__["decision_id"].__set__
+_SET_REVISION: Final = EngineAnswer.__dict__["revision"].__set__
+_SET_TEXT: Final = EngineAnswer.__dict__["text"].__set__
 
 
 class _LazyAnswer(EngineAnswer):
@@ -903,22 +909,24 @@ class _LazyAnswer(EngineAnswer):
     _decoded: bool
 
     def __init__(self, text: bytes, revision: str) -> None:
-        # EngineAnswer's __init__ would assign ``value`` through the property: its fields
-        # are set as it sets them, ``value`` through its slot.
-        setattr_ = object.__setattr__
-        setattr_(self, "defined", True)
+        # EngineAnswer's __init__ would assign ``value`` through the property: every field
+        # is set through its slot instead.
+        _SET_DEFINED(self, True)
         _VALUE_SLOT.__set__(self, None)
-        setattr_(self, "decision_id", random_hex())
-        setattr_(self, "revision", revision)
-        setattr_(self, "text", text)
-        setattr_(self, "_decoded", False)
+        _SET_DECISION_ID(self, random_hex())
+        _SET_REVISION(self, revision)
+        _SET_TEXT(self, text)
+        _SET_DECODED(self, False)
 
     @property
     def value(self) -> Any:
         if not self._decoded:
             _VALUE_SLOT.__set__(self, _answer(self.text or b"", "").value)
-            object.__setattr__(self, "_decoded", True)
+            _SET_DECODED(self, True)
         return _VALUE_SLOT.__get__(self)
+
+
+_SET_DECODED: Final = _LazyAnswer.__dict__["_decoded"].__set__
 
 
 def _single_result(text: str) -> Any:
