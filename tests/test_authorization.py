@@ -69,6 +69,30 @@ def test_authorization_is_frozen() -> None:
         authorization.arguments = b"{}"  # type: ignore[misc]
 
 
+@given(arguments=st.binary(max_size=64), other=st.binary(max_size=64))
+def test_authorization_is_a_value_of_its_two_fields(arguments: bytes, other: bytes) -> None:
+    # Made through its slots (its own __init__), it still behaves as the frozen dataclass.
+    positional = Authorization(SEARCH, arguments)
+    keyword = Authorization(definition=SEARCH, arguments=arguments)
+
+    assert positional == keyword
+    assert hash(positional) == hash(keyword)
+    assert (positional.definition, positional.arguments) == (SEARCH, arguments)
+    assert dataclasses.replace(positional, arguments=other) == Authorization(SEARCH, other)
+    assert (positional == Authorization(SEARCH, other)) == (arguments == other)
+    assert repr(positional) == f"Authorization(definition={SEARCH!r}, arguments={arguments!r})"
+    assert not hasattr(positional, "__dict__")
+
+
+def test_authorization_refuses_missing_and_unknown_fields() -> None:
+    with pytest.raises(TypeError):
+        Authorization(SEARCH)  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        Authorization(SEARCH, b"{}", extra=1)  # type: ignore[call-arg]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        del search_authorization().definition
+
+
 def test_authorization_definition_schema_copies_are_detached_from_the_definition() -> None:
     authorization = search_authorization()
 
