@@ -883,7 +883,7 @@ def _answer(text: bytes, revision: str) -> EngineAnswer:
             value = _single_result(text.decode("utf-8"))
     except (UnicodeDecodeError, _rego_value.RegoValueError) as exc:
         raise EngineError("wasm result is unreadable", detail=str(exc)[:_MAX_DETAIL]) from None
-    # A random 128-bit id, as uuid4().hex is, without a system call each. (Positional
+    # A random 128-bit id, as uuid4().hex is, without building a UUID. (Positional
     # arguments: defined, value, decision_id, revision; keywords cost more here.)
     return EngineAnswer(True, value, random_hex(), revision, text)
 
