@@ -103,8 +103,15 @@ def _recordable(value: Any) -> Any:
     return value
 
 
+_FROM_TIMESTAMP: Final = datetime.datetime.fromtimestamp
+
+
 def _utc(now: float) -> str:
-    return datetime.datetime.fromtimestamp(now, datetime.UTC).isoformat(timespec="microseconds")
+    # isoformat(timespec="microseconds") spelled with the argument-free isoformat(), which
+    # costs about half as much: that one leaves out the fraction of a whole second only.
+    moment = _FROM_TIMESTAMP(now, datetime.UTC)
+    text = moment.isoformat()
+    return text if moment.microsecond else f"{text[:19]}.000000{text[19:]}"
 
 
 class AuditTrail:

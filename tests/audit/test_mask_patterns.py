@@ -356,3 +356,39 @@ async def test_no_secret_reaches_a_decision_or_outcome_record_of_the_trail() -> 
     assert decision["arguments"]["query"] == "q-1"
     assert decision["context"]["subject"] == "alice"
     assert {record["type"] for record in sink.records} == {"decision", "outcome"}
+
+
+# -- the memo of verdicts on names ---------------------------------------------------------------
+
+NAMES = st.one_of(
+    sensitive_names(),
+    st.sampled_from(INNOCENT_NAMES),
+    st.text(max_size=MAX_NAME_LENGTH + 8),
+)
+
+
+def _unmemoized(masker: Masker, name: str) -> bool:
+    masker._name_verdicts.clear()
+    return masker.sensitive_name(name)
+
+
+@given(names=st.lists(NAMES, max_size=40))
+def test_a_remembered_verdict_on_a_name_is_the_computed_one(names: list[str]) -> None:
+    masker = Masker(key=KEY)
+    remembered = [masker.sensitive_name(name) for name in names + names]
+    computed = [_unmemoized(masker, name) for name in names + names]
+
+    assert remembered == computed
+
+
+def test_the_memo_of_names_is_bounded_and_starts_over_when_full() -> None:
+    from gateway.audit._mask import _NAME_MEMO
+
+    masker = Masker(key=KEY)
+    for index in range(3 * _NAME_MEMO):
+        assert masker.sensitive_name(f"field{index}") is False
+        assert len(masker._name_verdicts) <= _NAME_MEMO
+    # After starting over, a credential name is still judged, not answered from a stale memo.
+    assert masker.sensitive_name("apiKey") is True
+    assert masker.sensitive_name("x" * (MAX_NAME_LENGTH + 1)) is True
+    assert "x" * (MAX_NAME_LENGTH + 1) not in masker._name_verdicts

@@ -874,3 +874,18 @@ def test_a_remembered_masked_context_is_the_one_masked_afresh(
             assert record["context"] == expected
             assert json.dumps(record["context"]) == json.dumps(expected)  # order and types
             assert secrets == expected_secrets
+
+
+@given(
+    now=st.one_of(
+        st.floats(min_value=0, max_value=4e9, allow_nan=False),
+        st.integers(min_value=0, max_value=4_000_000_000).map(float),
+    )
+)
+def test_record_times_are_iso_8601_with_microseconds_always(now: float) -> None:
+    import datetime
+
+    from gateway.audit._trail import _utc
+
+    expected = datetime.datetime.fromtimestamp(now, datetime.UTC).isoformat(timespec="microseconds")
+    assert _utc(now) == expected
