@@ -292,3 +292,70 @@ def test_property_canonical_round_trips_through_parse(data: st.DataObject) -> No
 
     assert parse(canonical(value)) == value
     assert canonical(parse(canonical(value))) == canonical(value)
+
+
+# The forbidden-text checks as they were first written, one character class each: the fast
+# ones in gateway._json must find exactly what these find.
+_ONE_CLASS_FORBIDDEN = re.compile(
+    "[\ud800-\udfff\ufdd0-\ufdef"
+    + "".join(f"{chr(plane << 16 | 0xFFFE)}{chr(plane << 16 | 0xFFFF)}" for plane in range(17))
+    + "]"
+)
+_ONE_CLASS_SUSPECT = re.compile(
+    _ONE_CLASS_FORBIDDEN.pattern[:-1] + "]|\\\\u(?:[dD][89a-fA-F]|[fF][dD][d-eD-E]|[fF]{3}[eEfF])"
+)
+# Code points on both sides of every boundary the checks draw, and ordinary text of each
+# width CPython stores (ASCII, Latin-1, BMP, astral), with the pieces of \u escapes.
+_EDGES = st.sampled_from(
+    [
+        *'aZ09 "\\u{}',
+        *(chr(c) for c in (0x7F, 0x80, 0xE9, 0xFF, 0x100, 0x4E2D, 0xD7FF, 0xD800, 0xDBFF)),
+        *(chr(c) for c in (0xDC00, 0xDFFF, 0xE000, 0xFDCF, 0xFDD0, 0xFDEF, 0xFDF0, 0xFFFD)),
+        *(chr(c) for c in (0xFFFE, 0xFFFF, 0x10000, 0x1F600, 0x10FFFD, 0x10FFFF)),
+        *(chr(plane << 16 | low) for plane in range(1, 17) for low in (0xFFFD, 0xFFFE, 0xFFFF)),
+        "\\ud8",
+        "\\uDB",
+        "\\uFDD",
+        "\\ufde",
+        "\\uFFF",
+        "\\ufffe",
+        "\\uFFFF",
+        "\\u00",
+    ]
+)
+_EDGE_TEXT = st.one_of(
+    st.lists(_EDGES, max_size=40).map("".join),
+    st.text(max_size=40),
+    st.tuples(st.text(max_size=30), _EDGES, st.text(max_size=30)).map("".join),
+)
+
+
+@given(_EDGE_TEXT)
+def test_property_the_fast_forbidden_text_checks_find_what_one_class_finds(text: str) -> None:
+    first = _ONE_CLASS_FORBIDDEN.search(text)
+
+    assert _json._first_forbidden(text) == (None if first is None else first.group())
+    assert _json._suspect(text) is (_ONE_CLASS_SUSPECT.search(text) is not None)
+
+
+@pytest.mark.parametrize(
+    ("text", "first"),
+    [
+        pytest.param("plain ascii \\u00e9", None, id="ascii"),
+        pytest.param("gr\u00fc\u00dfe \u4e2d\U0001f600", None, id="allowed_widths"),
+        pytest.param("x\U0001fffey\ufdd0", "\U0001fffe", id="astral_before_bmp"),
+        pytest.param("x\ufdd0y\U0001fffe", "\ufdd0", id="bmp_before_astral"),
+        pytest.param("\U0010ffff", "\U0010ffff", id="last_code_point"),
+        pytest.param("a\ud800", "\ud800", id="lone_surrogate"),
+    ],
+)
+def test_the_first_forbidden_code_point_is_the_earliest(text: str, first: str | None) -> None:
+    assert _json._first_forbidden(text) == first
+
+
+def test_a_long_ascii_document_is_not_suspect_unless_an_escape_could_decode_badly() -> None:
+    clean = '{"q":"' + "select * from t where a = 1 " * 400 + '"}'
+
+    assert _json._suspect(clean) is False
+    assert _json._suspect(clean[:-2] + '\\ud83d"}') is True
+    assert _json._suspect(clean[:-2] + '\\u00e9"}') is False
