@@ -14,7 +14,6 @@ import dataclasses
 import functools
 import inspect
 import math
-import re
 from collections.abc import Callable
 from typing import Any, Final, overload
 
@@ -107,7 +106,20 @@ def _declared_names(schema: Any) -> frozenset[str]:
     return frozenset(names)
 
 
-_OVERFLOW_RISK: Final = re.compile(rb"[0-9][eE]|[0-9]{309}")
+# Digits become "0" and "E" becomes "e", so that a digit followed by an exponent mark is
+# b"0e" and a run of 309 digits is 309 zeros: two substring searches over one translated
+# copy. (The regular expression ``[0-9][eE]|[0-9]{309}`` cost about 26 ns per byte here,
+# 57 us for 2 KB of arguments on every call; this costs a few.)
+_DIGITS_AND_EXPONENTS: Final = bytes.maketrans(b"123456789E", b"000000000e")
+_DIGIT_RUN: Final = b"0" * 309
+
+
+def _overflow_risk(raw: bytes) -> bool:
+    # Whether ``raw`` holds a digit followed by "e" or "E", or 309 digits in a row.
+    if len(raw) < len(_DIGIT_RUN) and b"e" not in raw and b"E" not in raw:
+        return False  # short arguments without an "e" (most), without the copy
+    marked = raw.translate(_DIGITS_AND_EXPONENTS)
+    return b"0e" in marked or _DIGIT_RUN in marked
 
 
 def _non_finite(value: object) -> bool:
@@ -140,7 +152,7 @@ def _decode(
         raise ValueFreeRefusalError(_describe(exc, declared)) from None
     # Only a number literal with an exponent or of 309 digits or more can overflow a float:
     # without one in the bytes, the walk over the decoded value is skipped.
-    if _OVERFLOW_RISK.search(raw) is not None and _non_finite(decoded):
+    if _overflow_risk(raw) and _non_finite(decoded):
         raise ValueFreeRefusalError("decode: numbers must be finite")
     return decoded
 

@@ -16,6 +16,8 @@ from typing import Annotated, Any, Literal
 
 import pydantic
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from typing_extensions import TypedDict
 
 from gateway import (
@@ -31,6 +33,7 @@ from gateway import (
     bind,
     function_tool,
 )
+from gateway._func import _overflow_risk
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 REQUEST_ID: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="unset")
@@ -828,3 +831,22 @@ def test_a_pydantic_only_format_leaves_the_derived_schema_and_the_decoder_enforc
 
     assert "format" not in schema["properties"]["data"]
     bind(tool)
+
+
+# What the overflow check looked for when it was one regular expression: the translated
+# form must agree with it on every input.
+_OVERFLOW_RISK_PATTERN = re.compile(rb"[0-9][eE]|[0-9]{309}")
+
+
+@given(
+    st.one_of(
+        st.binary(max_size=64),
+        st.lists(
+            st.sampled_from([b"0", b"9", b"5", b"e", b"E", b".", b"-", b"a", b'"']), max_size=40
+        ).map(b"".join),
+        st.tuples(st.integers(300, 320), st.binary(max_size=4)).map(lambda t: b"7" * t[0] + t[1]),
+        st.tuples(st.binary(max_size=8), st.integers(300, 320)).map(lambda t: t[0] + b"1" * t[1]),
+    )
+)
+def test_property_the_overflow_check_finds_what_its_pattern_finds(raw: bytes) -> None:
+    assert _overflow_risk(raw) is (_OVERFLOW_RISK_PATTERN.search(raw) is not None)
