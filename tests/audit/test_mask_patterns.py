@@ -23,7 +23,7 @@ from gateway.audit import (
     MemorySink,
     normalize_name,
 )
-from gateway.audit._mask import MAX_NAME_LENGTH
+from gateway.audit._mask import _PREFILTERS, MAX_NAME_LENGTH, _folded, _scoped
 from gateway.policy import caller_context
 from gateway.testing import RecordingTool, StaticAuthorizer
 from tests.audit.mask_cases import INNOCENT_NAMES, PLAIN_VALUES, SECRET_VALUES, SENSITIVE_NAMES
@@ -392,3 +392,109 @@ def test_the_memo_of_names_is_bounded_and_starts_over_when_full() -> None:
     assert masker.sensitive_name("apiKey") is True
     assert masker.sensitive_name("x" * (MAX_NAME_LENGTH + 1)) is True
     assert "x" * (MAX_NAME_LENGTH + 1) not in masker._name_verdicts
+
+
+# The value patterns as one alternation, as they were searched before each had a prefilter:
+# the verdict must be this one's on every string.
+def _one_alternation(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    return re.compile("|".join(f"(?:{_scoped(text)})" for text in patterns))
+
+
+_ALL_AT_ONCE = _one_alternation(DEFAULT_VALUE_PATTERNS)
+# Characters that (?i) matches to ASCII letters, other ASCII, and look-alikes that it does not.
+_NOISE = st.text(
+    alphabet=st.sampled_from(
+        [*"aAsSkKiI09 \t:=\"'-_./@", "\u0130", "\u0131", "\u017f", "\u212a", "\u00e9", "\u4e2d"]
+    ),
+    max_size=12,
+)
+_MATCHING = st.sampled_from(DEFAULT_VALUE_PATTERNS).flatmap(st.from_regex)
+
+
+def _caseless_variants(text: str) -> st.SearchStrategy[str]:
+    # The same text with letters swapped for their caseless equivalents under (?i).
+    swaps = {"i": "\u0130\u0131I", "s": "\u017fS", "k": "\u212aK"}
+    return st.lists(st.booleans(), min_size=len(text), max_size=len(text)).flatmap(
+        lambda flips: st.tuples(
+            *(
+                st.sampled_from(swaps.get(c.lower(), c)) if f else st.just(c)
+                for c, f in zip(text, flips, strict=True)
+            )
+        ).map("".join)
+    )
+
+
+@given(
+    st.one_of(
+        st.tuples(_NOISE, _MATCHING, _NOISE).map("".join),
+        st.tuples(_NOISE, _MATCHING, _NOISE).map("".join).flatmap(_caseless_variants),
+        st.sampled_from(SECRET_VALUES + PLAIN_VALUES).flatmap(_caseless_variants),
+        st.text(max_size=80),
+    )
+)
+def test_property_the_prefiltered_value_patterns_decide_as_one_alternation(value: str) -> None:
+    masker = Masker()
+
+    assert masker.sensitive_value(value) is (_ALL_AT_ONCE.search(value) is not None)
+
+
+def test_every_default_value_pattern_has_a_prefilter() -> None:
+    assert set(_PREFILTERS) == set(DEFAULT_VALUE_PATTERNS)
+
+
+def test_only_four_characters_besides_the_ascii_letters_match_them_without_case() -> None:
+    # What the caseless prefilters rely on, checked over every code point.
+    letter = re.compile("(?i)[a-z]")
+    found = {
+        chr(point)
+        for point in range(0x110000)
+        if not chr(point).isascii() and letter.fullmatch(chr(point)) is not None
+    }
+
+    assert found == {"\u0130", "\u0131", "\u017f", "\u212a"}
+    assert all(_folded(char).isascii() for char in found)
+
+
+def test_extra_value_patterns_are_searched_beside_the_prefiltered_defaults() -> None:
+    masker = Masker(values=(*DEFAULT_VALUE_PATTERNS, r"(?i)acct-[0-9]{6}"))
+
+    assert masker.sensitive_value("see ACCT-123456 here")
+    assert masker.sensitive_value("sk-" + "a" * 20)
+    assert not masker.sensitive_value("select * from t where a = 1")
+
+
+_CREDENTIAL_WORDS = (
+    "password",
+    "passwd",
+    "pwd",
+    "secret",
+    "token",
+    "apikey",
+    "api_key",
+    "api-key",
+    "authorization",
+    "cookie",
+    "credential",
+)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        *(f"{word}{tail}" for word in _CREDENTIAL_WORDS for tail in (": x", "s='=", '" =')),
+        *(f"x {word.upper()}=1" for word in _CREDENTIAL_WORDS),
+        "pa\u017f\u017fword: x",
+        "api\u212aey=1",
+        "author\u0131zation: Basic x",
+        "BEARER abcdefgh",
+        "bearer\t12345678",
+        "ghp_" + "a" * 36,
+        "github_pat_" + "b" * 22,
+        "xoxb-0123456789",
+        "rk_live_" + "c" * 16,
+        "ASIA" + "D" * 16,
+    ],
+)
+def test_each_branch_of_the_default_value_patterns_passes_its_prefilter(value: str) -> None:
+    assert _ALL_AT_ONCE.search(value) is not None
+    assert Masker().sensitive_value(value)
