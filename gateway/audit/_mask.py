@@ -215,6 +215,12 @@ _MIN_PIECE: Final = 8
 # (a caller context's, an argument schema's); a full memo starts over, so names made up by
 # callers cost at most the memo's size.
 _NAME_MEMO: Final = 4096
+# Likewise for string values up to this length found innocent: records repeat tool names,
+# subjects, roles, revisions, engines and policy messages (a look-up costs a tenth of the
+# search); ids that are new every time take a place until the memo starts over. Only values
+# that the records keep in clear anyway are remembered: a masked one is never held here.
+_VALUE_MEMO: Final = 4096
+_MEMO_VALUE_LENGTH: Final = 256
 
 
 def _normalize(key: str) -> str:
@@ -308,6 +314,7 @@ class Masker:
         # The verdict on a name depends on the name alone: matching the name patterns costs
         # several microseconds, a dictionary look-up a tenth of one.
         self._name_verdicts: dict[str, bool] = {}
+        self._innocent_values: set[str] = set()
 
     def sensitive_name(self, name: str) -> bool:
         """Whether a member called ``name`` has its value masked wherever it occurs."""
@@ -326,7 +333,20 @@ class Masker:
 
     def sensitive_value(self, value: str) -> bool:
         """Whether a string looks like a credential by itself (masked whatever its name)."""
-        return self._values is not None and self._values.search(value)
+        patterns = self._values
+        if patterns is None:
+            return False
+        if len(value) > _MEMO_VALUE_LENGTH:
+            return patterns.search(value)
+        innocent = self._innocent_values
+        if value in innocent:
+            return False
+        if patterns.search(value):
+            return True
+        if len(innocent) >= _VALUE_MEMO:
+            innocent.clear()
+        innocent.add(value)
+        return False
 
     def digest(self, value: Any) -> str:
         """The replacement text for one value (a non-string by its canonical JSON)."""

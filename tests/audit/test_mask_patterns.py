@@ -498,3 +498,42 @@ _CREDENTIAL_WORDS = (
 def test_each_branch_of_the_default_value_patterns_passes_its_prefilter(value: str) -> None:
     assert _ALL_AT_ONCE.search(value) is not None
     assert Masker().sensitive_value(value)
+
+
+def _value_unmemoized(masker: Masker, value: str) -> bool:
+    masker._innocent_values.clear()
+    return masker.sensitive_value(value)
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from(SECRET_VALUES + PLAIN_VALUES),
+            st.text(max_size=20),
+            st.text(min_size=250, max_size=260),
+        ),
+        max_size=30,
+    )
+)
+def test_a_remembered_verdict_on_a_value_is_the_computed_one(values: list[str]) -> None:
+    masker = Masker(key=KEY)
+    remembered = [masker.sensitive_value(value) for value in values + values]
+    computed = [_value_unmemoized(masker, value) for value in values + values]
+
+    assert remembered == computed
+
+
+def test_the_memo_of_values_holds_only_innocent_short_values_and_is_bounded() -> None:
+    from gateway.audit._mask import _MEMO_VALUE_LENGTH, _VALUE_MEMO
+
+    masker = Masker(key=KEY)
+    shaped = "Bearer abcdefgh12345678"
+    for index in range(3 * _VALUE_MEMO):
+        assert masker.sensitive_value(f"value {index}") is False
+        assert len(masker._innocent_values) <= _VALUE_MEMO
+    assert masker.sensitive_value(shaped) is True
+    assert masker.sensitive_value(shaped) is True
+    long_value = "x" * (_MEMO_VALUE_LENGTH + 1)
+    assert masker.sensitive_value(long_value) is False
+    assert shaped not in masker._innocent_values
+    assert long_value not in masker._innocent_values
