@@ -7,6 +7,7 @@ import hashlib
 import hmac
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -367,20 +368,6 @@ NAMES = st.one_of(
 )
 
 
-def _unmemoized(masker: Masker, name: str) -> bool:
-    masker._name_verdicts.clear()
-    return masker.sensitive_name(name)
-
-
-@given(names=st.lists(NAMES, max_size=40))
-def test_a_remembered_verdict_on_a_name_is_the_computed_one(names: list[str]) -> None:
-    masker = Masker(key=KEY)
-    remembered = [masker.sensitive_name(name) for name in names + names]
-    computed = [_unmemoized(masker, name) for name in names + names]
-
-    assert remembered == computed
-
-
 def test_the_memo_of_names_is_bounded_and_starts_over_when_full() -> None:
     from gateway.audit._mask import _NAME_MEMO
 
@@ -500,25 +487,34 @@ def test_each_branch_of_the_default_value_patterns_passes_its_prefilter(value: s
     assert Masker().sensitive_value(value)
 
 
-def _value_unmemoized(masker: Masker, value: str) -> bool:
-    masker._innocent_values.clear()
-    return masker.sensitive_value(value)
-
-
-@given(
-    st.lists(
-        st.one_of(
-            st.sampled_from(SECRET_VALUES + PLAIN_VALUES),
-            st.text(max_size=20),
-            st.text(min_size=250, max_size=260),
-        ),
-        max_size=30,
-    )
+VALUES = st.one_of(
+    st.sampled_from(SECRET_VALUES + PLAIN_VALUES),
+    st.text(max_size=20),
+    st.text(min_size=250, max_size=260),
 )
-def test_a_remembered_verdict_on_a_value_is_the_computed_one(values: list[str]) -> None:
+
+
+def _forget(masker: Masker) -> None:
+    masker._name_verdicts.clear()
+    masker._innocent_values.clear()
+
+
+@pytest.mark.parametrize(
+    ("judge", "texts"),
+    [(Masker.sensitive_name, NAMES), (Masker.sensitive_value, VALUES)],
+    ids=["names", "values"],
+)
+@given(data=st.data())
+def test_a_remembered_verdict_is_the_computed_one(
+    judge: Callable[[Masker, str], bool], texts: st.SearchStrategy[str], data: st.DataObject
+) -> None:
     masker = Masker(key=KEY)
-    remembered = [masker.sensitive_value(value) for value in values + values]
-    computed = [_value_unmemoized(masker, value) for value in values + values]
+    drawn = data.draw(st.lists(texts, max_size=30))
+    remembered = [judge(masker, text) for text in drawn + drawn]
+    computed = []
+    for text in drawn + drawn:
+        _forget(masker)
+        computed.append(judge(masker, text))
 
     assert remembered == computed
 
