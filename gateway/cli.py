@@ -56,6 +56,7 @@ from gateway.server import (
     expand,
     load_config,
     load_tools,
+    named_asyncio,
     serve_workers,
     server_stack,
 )
@@ -323,7 +324,8 @@ def _serve(args: argparse.Namespace) -> int:
                 **server_stack(),
             )
         )
-        server.run(sockets=[listener])
+        with named_asyncio():
+            server.run(sockets=[listener])
     return EXIT_OK
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Final
 
-from gateway.service import ConfigError, GatewayConfig, server_stack
+from gateway.service import ConfigError, GatewayConfig, named_asyncio, server_stack
 
 _LOG: Final = logging.getLogger("gateway.server")
 #: The exit status of a service whose worker failed.
@@ -110,7 +110,8 @@ def _worker(source: str, index: int, sock: socket.socket, log_level: str | None)
             **server_stack(),
         )
     )
-    server.run(sockets=[sock])
+    with named_asyncio():
+        server.run(sockets=[sock])
 
 
 def serve_workers(

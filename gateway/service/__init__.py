@@ -42,7 +42,7 @@ from gateway.service._middleware import (
     unauthenticated,
 )
 from gateway.service._pipeline import BoundTool, CallResult, CallScope, Gateway, expand
-from gateway.service._stack import Stack, run_on_fastest_loop, server_stack
+from gateway.service._stack import Stack, named_asyncio, run_on_fastest_loop, server_stack
 from gateway.service._tracing import (
     TraceRequests,
     active_tracer,
@@ -95,6 +95,7 @@ __all__ = [
     "load_tools",
     "mcp_client_span",
     "mcp_server_span",
+    "named_asyncio",
     "parse_config",
     "request_id_in",
     "request_id_of",

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import socket
+import threading
 
+import anyio
 import httpx
+import sniffio
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -12,7 +16,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from gateway.server import run_on_fastest_loop, server_stack
+from gateway.server import named_asyncio, run_on_fastest_loop, server_stack
 from gateway.testing import LiveServer
 
 
@@ -51,3 +55,63 @@ def test_a_live_server_answers_over_httptools_on_uvloop() -> None:
 
     assert response.json() == {"ok": True}
     assert seen["loop"].startswith("uvloop")
+
+
+def test_a_command_names_its_loop_to_anyio_in_every_task_and_only_while_it_runs() -> None:
+    # anyio asks which loop it runs on before every primitive; the name answers in one
+    # context-variable read instead of asking asyncio (a getpid system call on 3.11).
+    async def names() -> list[str | None]:
+        seen = [sniffio.current_async_library_cvar.get()]
+
+        async def child() -> None:
+            seen.append(sniffio.current_async_library_cvar.get())
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(child)
+        await asyncio.create_task(child())
+        return seen
+
+    assert run_on_fastest_loop(names) == ["asyncio", "asyncio", "asyncio"]
+    assert sniffio.current_async_library_cvar.get() is None
+
+
+def test_a_uvicorn_server_run_inside_the_name_sees_it_in_each_request() -> None:
+    # How `gateway serve` and each worker run uvicorn: Server.run inside named_asyncio.
+    seen: list[str | None] = []
+
+    async def where(request: Request) -> JSONResponse:
+        seen.append(sniffio.current_async_library_cvar.get())
+        return JSONResponse({"ok": True})
+
+    sock = socket.create_server(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(
+            Starlette(routes=[Route("/", where)]),
+            log_config=None,
+            access_log=False,
+            lifespan="off",
+            **server_stack(),
+        )
+    )
+
+    def serve() -> None:
+        with named_asyncio():
+            server.run(sockets=[sock])
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        for _ in range(300):
+            if server.started:
+                break
+            thread.join(0.05)
+        assert server.started
+        responses = [httpx.get(f"http://127.0.0.1:{port}/", timeout=30) for _ in range(2)]
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        sock.close()
+
+    assert [response.json() for response in responses] == [{"ok": True}] * 2
+    assert seen == ["asyncio", "asyncio"]
