@@ -43,10 +43,10 @@ def named_asyncio() -> Iterator[None]:
     Starlette, uvicorn's lifespan and the MCP SDK use anyio, and every anyio primitive (a
     memory stream, a cancel scope, a lock, a task group) first asks which event loop it runs
     on. Unnamed, the answer is ``asyncio.get_running_loop()``, which on Python 3.11 makes a
-    ``getpid`` system call each time: about 1.2 us per question, some two hundred questions
-    per MCP tool call. Named through sniffio's context variable (inherited by every task
-    started inside), it is one context-variable read. The name is set for the caller's
-    context while held and restored after.
+    ``getpid`` system call each time (anyio's lookup measured 1.58 us here; about 33 lookups
+    per MCP tool call). Named through sniffio's context variable (inherited by every task
+    started inside), the lookup is a context-variable read (0.39 us). The name is set for the
+    caller's context while held and restored after.
     """
     token = sniffio.current_async_library_cvar.set("asyncio")
     try:
