@@ -188,14 +188,24 @@ class Invocation:
     the invocation.
     """
 
-    __slots__ = ("_arguments", "_call_id", "_state")
+    __slots__ = ("_arguments", "_call_id", "_decoded", "_state")
 
-    def __init__(self, token: object, state: _ContractState, arguments: bytes, call_id: str):
+    def __init__(
+        self,
+        token: object,
+        state: _ContractState,
+        arguments: bytes,
+        call_id: str,
+        decoded: _json.Decoded,
+    ):
         if token is not _TOKEN:
             raise InvalidInvocationError.because("only Contract.prepare creates invocations")
         self._state = state
         self._arguments = arguments
         self._call_id = call_id
+        # The strict decoding admission made of ``arguments``: the policy input, the cache
+        # and the audit trail read it instead of decoding the bytes again.
+        self._decoded = decoded
 
     @property
     def arguments(self) -> bytes:
@@ -283,7 +293,7 @@ class Contract:
         if _json.is_blank(raw):
             raw = b"{}"
         try:
-            value = _decode(call, raw, state.limits.max_depth)
+            value, is_canonical = _decode(call, raw, state.limits.max_depth)
         except _json.StrictJSONError as exc:
             raise InvalidInvocationError.because(
                 f"arguments: value must be one valid RFC 7493 JSON document ({exc})"
@@ -294,7 +304,8 @@ class Contract:
             raise InvalidInvocationError.because(f"arguments: {exc}") from None
         if state.validator is not None:
             _run_validator(state.validator, raw)
-        return Invocation(_TOKEN, state, raw, call.id)
+        decoding = _json.decoded(raw, value, is_canonical=is_canonical)
+        return Invocation(_TOKEN, state, raw, call.id, decoding)
 
 
 def readmit(invocation: Invocation, arguments: bytes) -> Invocation:
@@ -313,14 +324,20 @@ def readmit(invocation: Invocation, arguments: bytes) -> Invocation:
     return contract.prepare(ToolCall(invocation.call_id, state.definition.name, arguments))
 
 
-def _decode(call: ToolCall, raw: bytes, max_depth: int) -> _json.JSONValue:
+def decoding_of(invocation: Invocation) -> _json.Decoded:
+    """The strict decoding admission made of ``invocation.arguments``."""
+    return invocation._decoded  # noqa: SLF001 - this module's own class
+
+
+def _decode(call: ToolCall, raw: bytes, max_depth: int) -> tuple[_json.JSONValue, bool]:
+    # The decoded value, and whether ``raw`` is already its canonical encoding.
     parsed = parsed_arguments(call)
     if parsed is None or parsed.canonical is not raw:
-        return _json.parse(raw, max_depth=max_depth)
+        return _json.parse(raw, max_depth=max_depth), False
     # Decoded strictly by the surface, and ``raw`` is its canonical encoding: only this
     # contract's depth bound is left to check.
     _json.check_depth(parsed.value, max_depth)
-    return parsed.value
+    return parsed.value, True
 
 
 def _run_validator(validator: InputValidator, raw: bytes) -> None:

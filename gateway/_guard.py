@@ -6,8 +6,14 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any, Final, TypeVar
 
-from gateway._authorization import Authorization, AuthorizationError, Authorizer, read_answer
-from gateway._contract import Invocation, Tool, readmit
+from gateway._authorization import (
+    Authorization,
+    AuthorizationError,
+    Authorizer,
+    admitted_authorization,
+    read_answer,
+)
+from gateway._contract import Invocation, Tool, decoding_of, readmit
 from gateway._definition import ToolDefinition
 from gateway._errors import InvalidInvocationError, InvalidToolError, MalformedDecisionError
 from gateway._failure import Failure, FailureKind
@@ -102,7 +108,13 @@ class Guard:
         if task is not None and task.cancelling() > 0:
             raise asyncio.CancelledError
         definition = self._definition
-        authorization = Authorization(definition, invocation.arguments)
+        # Made from an Invocation, it carries admission's decoding of the arguments: the
+        # policy input and the audit record do not decode them again.
+        authorization = (
+            admitted_authorization(definition, decoding_of(invocation))
+            if type(invocation) is Invocation
+            else Authorization(definition, invocation.arguments)
+        )
         cause: Exception | None = None
         result: object = None
         try:

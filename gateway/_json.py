@@ -127,6 +127,44 @@ def encode_parsed(value: JSONValue) -> Parsed:
     return Parsed(_PARSED, value, canonical(value))
 
 
+class Decoded:
+    """The strict decoding of one exact argument document, made once by admission.
+
+    What admission hands on with what it admitted, so that the policy input, the decision
+    cache and the audit trail read the arguments without decoding them again: ``source`` is
+    the very bytes object admitted, ``value`` is ``parse(source)`` and :meth:`canonical` is
+    ``canonical(value)``, encoded on first use and kept. Made only by :func:`decoded`.
+    ``value`` must not be changed (nothing in the gateway changes it).
+    """
+
+    __slots__ = ("_canonical", "source", "value")
+
+    def __init__(
+        self, token: object, source: bytes, value: JSONValue, encoded: bytes | None
+    ) -> None:
+        if token is not _PARSED:
+            raise TypeError("Decoded values are made by decoded()")
+        self.source = source
+        self.value = value
+        self._canonical = encoded
+
+    def canonical(self) -> bytes:
+        """``canonical(value)``, encoded once (two threads asking at once may both encode)."""
+        encoded = self._canonical
+        if encoded is None:
+            encoded = self._canonical = canonical(self.value)
+        return encoded
+
+
+def decoded(source: bytes, value: JSONValue, *, is_canonical: bool = False) -> Decoded:
+    """Pair admitted bytes with their strict decoding (``value`` must be ``parse(source)``).
+
+    ``is_canonical``: ``source`` is already ``canonical(value)`` (a surface's
+    :class:`Parsed`), so it is never encoded again.
+    """
+    return Decoded(_PARSED, source, value, source if is_canonical else None)
+
+
 def check_depth(value: JSONValue, max_depth: int) -> None:
     """Check that a value decoded by :func:`parse` nests no deeper than ``max_depth``.
 

@@ -20,8 +20,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gateway import _json
-from gateway._authorization import Authorization
+from gateway._authorization import admitted_authorization
 from gateway._call import ToolCall
+from gateway._contract import decoding_of
 from gateway._definition import ToolDefinition
 from gateway._errors import GatewayError, InvalidInvocationError
 from gateway._registry import Registry
@@ -231,7 +232,7 @@ async def _decide(args: argparse.Namespace) -> tuple[int, dict[str, object]]:
         authorizer = PolicyAuthorizer(engine, path=config.engine.decision_path)
         with caller_context(CallerContext(context)):
             decision = await authorizer.authorize(
-                Authorization(binding.definition, invocation.arguments)
+                admitted_authorization(binding.definition, decoding_of(invocation))
             )
     except PolicyError as exc:
         # The engine's own code is reported as it is; the table says how to exit on it.

@@ -45,7 +45,7 @@ class Resource:
 
 def test_contract_invocation_and_binding_slots_are_exactly_these() -> None:
     assert Contract.__slots__ == ("_state",)
-    assert Invocation.__slots__ == ("_arguments", "_call_id", "_state")
+    assert Invocation.__slots__ == ("_arguments", "_call_id", "_decoded", "_state")
     assert Binding.__slots__ == ("_contract", "_tool")
     assert _contract._ContractState.__slots__ == (
         "definition",

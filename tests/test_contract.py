@@ -279,7 +279,7 @@ def test_invocations_are_made_only_by_prepare() -> None:
     state: Any = None
 
     with pytest.raises(InvalidInvocationError, match=r"only Contract\.prepare creates invocations"):
-        Invocation(object(), state, b"{}", "call")
+        Invocation(object(), state, b"{}", "call", _json.decoded(b"{}", {}))
 
 
 def test_bindings_are_made_only_by_bind() -> None:

@@ -38,6 +38,7 @@ from gateway._authorization import (
     AuthorizationError,
     Authorizer,
     Decision,
+    decoding,
     read_answer,
 )
 from gateway._call import ToolCall
@@ -197,12 +198,16 @@ class AuditTrail:
         return context
 
     def _masked(
-        self, arguments: bytes, found: list[str], request_id: str | None
+        self, authorization: Authorization, found: list[str], request_id: str | None
     ) -> tuple[str, Any, Any]:
-        digest, masked_arguments = self._masked_arguments(arguments, found)
+        digest, masked_arguments = self._masked_arguments(
+            authorization.arguments, found, decoding(authorization)
+        )
         return digest, masked_arguments, self._context(request_id, found)
 
-    def _masked_arguments(self, arguments: bytes, found: list[str]) -> tuple[str, Any]:
+    def _masked_arguments(
+        self, arguments: bytes, found: list[str], decoded: _json.Decoded | None = None
+    ) -> tuple[str, Any]:
         # Agents repeat the same small argument documents: their digest, masked form and
         # masked values are remembered by their exact bytes (bounded). Each record gets a
         # fresh copy of the masked form.
@@ -216,8 +221,13 @@ class AuditTrail:
                 return digest, json.loads(masked_json)
         own: list[str] = []
         try:
-            value = _json.parse(arguments, max_depth=10_000)
-            digest = hashlib.sha256(_json.canonical(value)).hexdigest()
+            if decoded is None:
+                value = _json.parse(arguments, max_depth=10_000)
+                encoded = _json.canonical(value)
+            else:
+                # Admission's decoding, and the canonical form the policy input encoded.
+                value, encoded = decoded.value, decoded.canonical()
+            digest = hashlib.sha256(encoded).hexdigest()
             masked_arguments = _recordable(self._masker.mask(value, own))
         except _json.StrictJSONError:
             digest = hashlib.sha256(arguments).hexdigest()
@@ -255,7 +265,7 @@ class AuditTrail:
             decision.decision_id if decision is not None and not decision.cached else None
         ) or self._new_id()
         found: list[str] = secrets if secrets is not None else []
-        digest, arguments, context = self._masked(authorization.arguments, found, request_id)
+        digest, arguments, context = self._masked(authorization, found, request_id)
         record = self._base("decision", authorization.definition.name, call_id, decision_id)
         if decision is not None:
             result, code = ("allow", None) if decision.allowed is True else ("deny", "denied")

@@ -17,7 +17,7 @@ from typing import Any, Final
 import cachetools
 
 from gateway import _json
-from gateway._authorization import Authorization
+from gateway._authorization import Authorization, decoding
 from gateway._definition import ToolDefinition
 from gateway.policy._context import CallerContext, current_caller
 from gateway.policy._facts import facts_json
@@ -112,6 +112,7 @@ class InputDocument:
         "_arguments",
         "_canonical_arguments",
         "_context",
+        "_decoded",
         "_definition",
         "_digest",
         "_facts",
@@ -129,6 +130,7 @@ class InputDocument:
         self._definition = authorization.definition
         self._path_view = path_view
         self._arguments = authorization.arguments
+        self._decoded = decoding(authorization)
         self._context = current_caller() if context is None else context
         self._canonical_arguments: bytes | None = None
         self._facts: bytes | None = None
@@ -157,8 +159,19 @@ class InputDocument:
 
     def _canonical_args(self) -> bytes:
         if self._canonical_arguments is None:
-            self._canonical_arguments = _canonical_arguments(self._arguments)
+            # Admission's decoding, when the authorization carries it: encoded once per
+            # call, shared with the audit record; else the bytes are decoded here.
+            decoded = self._decoded
+            self._canonical_arguments = (
+                _canonical_arguments(self._arguments) if decoded is None else decoded.canonical()
+            )
         return self._canonical_arguments
+
+    def _decoded_args(self) -> Any:
+        decoded = self._decoded
+        if decoded is not None:
+            return decoded.value
+        return _json.parse(self._canonical_args(), max_depth=10_000)
 
     @property
     def canonical_arguments(self) -> bytes:
@@ -169,11 +182,16 @@ class InputDocument:
     def facts_json(self) -> bytes:
         """The ``facts`` member as canonical JSON (computed once per document)."""
         if self._facts is None:
-            facts = facts_json(self._definition, self._canonical_args())
+            decoded = self._decoded
+            facts = facts_json(
+                self._definition,
+                self._canonical_args(),
+                value=None if decoded is None else decoded.value,
+            )
             view = self._path_view
             if view is not None and view.covers(self._definition.name):
                 # Never remembered: the same path may resolve elsewhere on the next call.
-                arguments = _json.parse(self._canonical_args(), max_depth=10_000)
+                arguments = self._decoded_args()
                 facts = merge_path_facts(facts, view.facts(self._definition.name, arguments))
             self._facts = facts
         return self._facts

@@ -132,8 +132,8 @@ def _instances(value: Any, location: Location) -> Iterator[tuple[tuple[str | int
             stack.append((node[name], step + 1, (*path, name)))
 
 
-def _compute(locations: tuple[Location, ...], canonical_arguments: bytes) -> bytes:
-    arguments = _json.parse(canonical_arguments, max_depth=10_000)
+def _compute(locations: tuple[Location, ...], canonical_arguments: bytes, decoded: Any) -> bytes:
+    arguments = _json.parse(canonical_arguments, max_depth=10_000) if decoded is None else decoded
     facts: dict[str, Any] = {}
     for location in locations:
         for path, value in _instances(arguments, location):
@@ -144,12 +144,15 @@ def _compute(locations: tuple[Location, ...], canonical_arguments: bytes) -> byt
     return _json.canonical({"arguments": facts, "version": FACTS_VERSION})
 
 
-def facts_json(definition: ToolDefinition, canonical_arguments: bytes) -> bytes:
+def facts_json(
+    definition: ToolDefinition, canonical_arguments: bytes, *, value: Any = None
+) -> bytes:
     """The ``facts`` member of the input document, as canonical JSON.
 
     Args:
         definition: the tool's definition (where the markers are).
         canonical_arguments: the arguments as canonical JSON.
+        value: their strict decoding, when the caller has it (``None``: decoded here).
 
     Returns:
         ``{"arguments": {<pointer>: {"sql": <sql facts>}}, "version": 1}``; a tool without
@@ -159,12 +162,12 @@ def facts_json(definition: ToolDefinition, canonical_arguments: bytes) -> bytes:
     if not locations:
         return EMPTY_FACTS_JSON
     if len(canonical_arguments) > _MEMO_MAX_BYTES:
-        return _compute(locations, canonical_arguments)
+        return _compute(locations, canonical_arguments, value)
     key = (locations, canonical_arguments)
     with _memo_lock:
         known = _memo.get(key)
     if known is None:
-        known = _compute(locations, canonical_arguments)
+        known = _compute(locations, canonical_arguments, value)
         with _memo_lock:
             _memo[key] = known
     return known

@@ -54,8 +54,14 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway import _json
-from gateway._authorization import Authorization, AuthorizationError, read_answer
+from gateway._authorization import (
+    Authorization,
+    AuthorizationError,
+    admitted_authorization,
+    read_answer,
+)
 from gateway._call import ToolCall
+from gateway._contract import decoding_of
 from gateway._errors import GatewayError, InvalidInvocationError, MalformedDecisionError
 from gateway._ids import random_hex
 from gateway._numerals import ascii_digits
@@ -453,7 +459,7 @@ class AuthzenApi:
             invocation = binding.prepare(call)
         except InvalidInvocationError as exc:
             return _refusal(ResultCode.INVALID_ARGUMENTS, str(exc))
-        authorization = Authorization(binding.definition, invocation.arguments)
+        authorization = admitted_authorization(binding.definition, decoding_of(invocation))
         return await self._ask(authorization, context, AuditScope(call.id, request_id=request_id))
 
     async def _ask(

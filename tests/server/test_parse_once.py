@@ -26,14 +26,12 @@ from gateway.service import parse_config
 from gateway.testing import JsonWork
 from tests.server.conftest import ALICE, REPO_ROOT, shipped_service_config
 
-#: What a whole allowed call (fresh arguments: a cache miss) costs at most, as it is now:
-#: one strict parse of the body and one canonical encoding of its arguments (the surface;
-#: admission adds none); the policy input and the audit record each decode and encode the
-#: admitted bytes once more (their memos skip that for arguments they have seen); the caller
-#: context, checked strictly when it was made, is never strictly decoded again; the state
-#: layer's four counter keys are canonical encodings.
-MAX_PARSES_PER_CALL: Final = 3
-MAX_ENCODINGS_PER_CALL: Final = 7
+#: What a whole allowed call (fresh arguments: a cache miss) costs at most: one strict parse
+#: of the body and one canonical encoding of its arguments (the surface); admission, the
+#: policy input and the audit record read that decoding and that encoding (none of their
+#: own); the caller context, checked strictly when it was made, is never decoded again.
+MAX_PARSES_PER_CALL: Final = 1
+MAX_ENCODINGS_PER_CALL: Final = 1
 
 
 @pytest.fixture
@@ -88,6 +86,8 @@ async def test_a_whole_allowed_call_does_no_more_strict_json_work_than_its_budge
 
     assert work.count("parse") <= MAX_PARSES_PER_CALL, work.by_caller
     assert work.count("canonical") <= MAX_ENCODINGS_PER_CALL, work.by_caller
+    assert work.count("parse", "gateway.policy._document") == 0
+    assert work.count("parse", "gateway.audit._trail") == 0
 
 
 async def test_the_caller_context_of_an_api_key_is_not_validated_again_per_call(
