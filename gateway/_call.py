@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gateway._errors import InvalidToolCallError
-from gateway._json import Parsed
+from gateway._json import Decoded, Parsed
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,10 +20,11 @@ class ToolCall:
     id: str
     name: str
     arguments: str | bytes = ""
-    # Set only by admitted_call: the strict decoding a surface already made of ``arguments``
-    # (their canonical bytes), which admission then does not repeat. Not a field of the
+    # Set only by admitted_call (the strict decoding a surface already made of ``arguments``,
+    # their canonical bytes) or decoded_call (the decoding another contract's admission
+    # made of these very bytes), which admission then does not repeat. Not a field of the
     # call: not compared, not shown, not kept by dataclasses.replace.
-    _parsed: Parsed | None = field(default=None, init=False, repr=False, compare=False)
+    _parsed: Parsed | Decoded | None = field(default=None, init=False, repr=False, compare=False)
 
     def validate(self) -> None:
         """Check the fields that the call itself owns: a non-empty id, then a non-empty name.
@@ -65,7 +66,25 @@ def admitted_call(call_id: str, name: str, arguments: Parsed) -> ToolCall:
     return call
 
 
+def decoded_call(call_id: str, name: str, arguments: Decoded) -> ToolCall:
+    """A ToolCall of arguments another contract admitted, with that admission's decoding.
+
+    For a tool that hands an admitted call on to an inner contract (a registry's binding):
+    the inner admission checks the same decoded value (depth, schema, validator) instead of
+    decoding the same bytes again.
+    """
+    call = ToolCall(call_id, name, arguments.source)
+    object.__setattr__(call, "_parsed", arguments)
+    return call
+
+
 def parsed_arguments(call: ToolCall) -> Parsed | None:
     """The strict decoding of ``call.arguments`` made by its surface, if any (see above)."""
     parsed = call._parsed  # noqa: SLF001 - the module's own private slot
-    return parsed if parsed is not None and parsed.canonical is call.arguments else None
+    return parsed if isinstance(parsed, Parsed) and parsed.canonical is call.arguments else None
+
+
+def decoded_arguments(call: ToolCall) -> Decoded | None:
+    """The decoding of ``call.arguments`` another admission made, if any (see above)."""
+    found = call._parsed  # noqa: SLF001 - the module's own private slot
+    return found if isinstance(found, Decoded) and found.source is call.arguments else None

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Final, Protocol, TypeVar, runtime_checkable
 
 from gateway import _json, _schema
-from gateway._call import ToolCall, parsed_arguments
+from gateway._call import ToolCall, decoded_arguments, parsed_arguments
 from gateway._definition import ToolDefinition
 from gateway._errors import InvalidInvocationError, InvalidToolError, InvalidWrappingChainError
 from gateway._output import ToolOutput
@@ -293,18 +293,17 @@ class Contract:
         if _json.is_blank(raw):
             raw = b"{}"
         try:
-            value, is_canonical = _decode(call, raw, state.limits.max_depth)
+            decoding = _decode(call, raw, state.limits.max_depth)
         except _json.StrictJSONError as exc:
             raise InvalidInvocationError.because(
                 f"arguments: value must be one valid RFC 7493 JSON document ({exc})"
             ) from None
         try:
-            state.satisfies_schema(raw, value)
+            state.satisfies_schema(raw, decoding.value)
         except Exception as exc:  # noqa: BLE001 - any validator failure (even a decimal error) refuses
             raise InvalidInvocationError.because(f"arguments: {exc}") from None
         if state.validator is not None:
-            _run_validator(state.validator, raw)
-        decoding = _json.decoded(raw, value, is_canonical=is_canonical)
+            _run_validator(state.validator, decoding)
         return Invocation(_TOKEN, state, raw, call.id, decoding)
 
 
@@ -329,20 +328,45 @@ def decoding_of(invocation: Invocation) -> _json.Decoded:
     return invocation._decoded  # noqa: SLF001 - this module's own class
 
 
-def _decode(call: ToolCall, raw: bytes, max_depth: int) -> tuple[_json.JSONValue, bool]:
-    # The decoded value, and whether ``raw`` is already its canonical encoding.
+class DecodingValidator:
+    """An input validator that can also be handed admission's decoding of the bytes.
+
+    For a validator that admits the arguments again through another contract (a registry's
+    binding): :meth:`validate_decoded` lets that admission reuse the decoding instead of
+    decoding the same bytes again. Called as a plain validator, it gets the bytes alone.
+    """
+
+    def __call__(self, raw: bytes) -> None:
+        """Validate the admitted bytes (the plain :data:`InputValidator` protocol)."""
+        raise NotImplementedError
+
+    def validate_decoded(self, decoded: _json.Decoded) -> None:
+        """Validate ``decoded.source``, decoded as ``decoded.value`` (default: the bytes)."""
+        self(decoded.source)
+
+
+def _decode(call: ToolCall, raw: bytes, max_depth: int) -> _json.Decoded:
+    carried = decoded_arguments(call)
+    if carried is not None and carried.source is raw:
+        # Admitted by another contract, decoded there: only this contract's depth bound
+        # is left to check, and the same decoding (its canonical form too) goes on.
+        _json.check_depth(carried.value, max_depth)
+        return carried
     parsed = parsed_arguments(call)
     if parsed is None or parsed.canonical is not raw:
-        return _json.parse(raw, max_depth=max_depth), False
+        return _json.decoded(raw, _json.parse(raw, max_depth=max_depth))
     # Decoded strictly by the surface, and ``raw`` is its canonical encoding: only this
     # contract's depth bound is left to check.
     _json.check_depth(parsed.value, max_depth)
-    return parsed.value, True
+    return _json.decoded(raw, parsed.value, is_canonical=True)
 
 
-def _run_validator(validator: InputValidator, raw: bytes) -> None:
+def _run_validator(validator: InputValidator, decoding: _json.Decoded) -> None:
     try:
-        validator(raw)
+        if isinstance(validator, DecodingValidator):
+            validator.validate_decoded(decoding)
+        else:
+            validator(decoding.source)
     except ValueFreeRefusalError as exc:
         raise InvalidInvocationError.because(f"arguments: {exc}") from exc
     except Exception as exc:

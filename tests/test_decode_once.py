@@ -19,14 +19,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway import Decision, Guard, ToolCall, ToolDefinition, _json, bind
+from gateway import Decision, Guard, Registry, ToolCall, ToolDefinition, ToolOutput, _json, bind
 from gateway._authorization import Authorization, admitted_authorization, decoding
-from gateway._contract import decoding_of
+from gateway._call import decoded_arguments, decoded_call
+from gateway._contract import AdmissionLimits, decoding_of
 from gateway.audit import AuditTrail, MemorySink
 from gateway.audit._mask import Masker
 from gateway.policy import CachingAuthorizer, DecisionCache, InputDocument, caller_context
 from gateway.policy._facts import _compute, sql_locations
-from gateway.testing import JsonWork, RecordingTool
+from gateway.service import Gateway
+from gateway.testing import JsonWork, RecordingTool, StaticAuthorizer
 
 SQL_SCHEMA: Final = {
     "type": "object",
@@ -219,3 +221,60 @@ def test_exact_numbers_reach_the_policy_input_from_the_decoding_as_they_were_sen
     assert InputDocument(admitted_authorization(ANY, decoded)).canonical_arguments == (
         b'{"big":123456789012345678901234567890,"e":1E+400,"n":1.10}'
     )
+
+
+# -- a registry's binding admits again from the same decoding ------------------------------
+
+
+class _Deeper:
+    # A tool whose own contract bounds nesting tighter than the gateway's.
+    def __init__(self) -> None:
+        self.calls: list[bytes] = []
+
+    def definition(self) -> ToolDefinition:
+        return ANY
+
+    async def call(self, invocation: Any) -> ToolOutput:
+        self.calls.append(invocation.arguments)
+        return ToolOutput.from_text("ok")
+
+
+async def test_a_registry_tool_behind_the_gateway_decodes_its_arguments_once() -> None:
+    seen, cached = _seen_documents()
+    tool = _tool(ANY)
+    gateway = Gateway([Registry(tool)], authorizer=cached, audit=AuditTrail(MemorySink(key=KEY)))
+    raw = b'{"z": [1, 2.50], "a": {"b": "c"}}'
+    with caller_context({"user": "alice"}):
+        await gateway.call(ToolCall("0", "any", b"{}"))
+        with JsonWork() as work:
+            result = await gateway.call(ToolCall("1", "any", raw))
+
+    assert result.ok, result.code
+    assert tool.calls[-1] == raw
+    assert work.count("parse") == 1, work.by_caller
+    assert work.count("canonical") == 1, work.by_caller
+    assert seen[-1].canonical_arguments == _json.canonical(_json.parse(raw))
+
+
+async def test_a_registry_tool_keeps_its_own_admission_bounds_on_the_reused_decoding() -> None:
+    inner = _Deeper()
+    registry = Registry(inner, limits=AdmissionLimits(max_depth=2))
+    gateway = Gateway([registry], authorizer=StaticAuthorizer(True))
+
+    deep = await gateway.call(ToolCall("1", "any", b'{"a": {"b": {"c": 1}}}'))
+    shallow = await gateway.call(ToolCall("2", "any", b'{"a": {"b": 1}}'))
+
+    assert not deep.ok
+    assert deep.code == "invalid_arguments"
+    assert shallow.ok
+    assert inner.calls == [b'{"a": {"b": 1}}']
+
+
+def test_a_decoding_of_other_bytes_is_not_reused_by_admission() -> None:
+    # Only a decoding of the very bytes admitted counts; anything else is decoded afresh.
+    other = _json.decoded(b'{"to": "bob"}', {"to": "bob"})
+    call = dataclasses.replace(decoded_call("1", "any", other), arguments=b'{"to": "eve"}')
+    invocation = bind(_tool(ANY)).prepare(call)
+
+    assert decoded_arguments(call) is None
+    assert decoding_of(invocation).value == {"to": "eve"}

@@ -28,6 +28,7 @@ import traceback
 from collections.abc import Iterable
 from typing import Final
 
+from gateway import _json
 from gateway._authorization import (
     Authorization,
     AuthorizationError,
@@ -35,14 +36,17 @@ from gateway._authorization import (
     Decision,
     read_answer,
 )
-from gateway._call import ToolCall
+from gateway._call import ToolCall, decoded_call
 from gateway._contract import (
     DEFAULT_LIMITS,
     AdmissionLimits,
     Binding,
+    Contract,
+    DecodingValidator,
     InputValidator,
     Invocation,
     Tool,
+    decoding_of,
 )
 from gateway._definition import ToolDefinition
 from gateway._errors import InvalidInvocationError, MalformedDecisionError
@@ -213,21 +217,29 @@ class BoundTool:
         return self._binding.definition
 
     def input_validator(self) -> InputValidator:
-        """Full admission by the inner contract."""
-        contract = self._binding.contract
-        name = contract.definition.name
-
-        def validate(raw: bytes) -> None:
-            contract.prepare(ToolCall("validate", name, raw))
-
-        return validate
+        """Full admission by the inner contract (of the outer admission's decoding)."""
+        return _InnerAdmission(self._binding.contract)
 
     async def call(self, invocation: Invocation) -> ToolOutput:
-        """Re-admit through the inner contract (same bytes) and run."""
+        """Re-admit through the inner contract (same bytes, same decoding) and run."""
         inner = self._binding.prepare(
-            ToolCall(invocation.call_id, invocation.tool_name, invocation.arguments)
+            decoded_call(invocation.call_id, invocation.tool_name, decoding_of(invocation))
         )
         return await self._binding.call(inner)
+
+
+class _InnerAdmission(DecodingValidator):
+    # A registry binding's contract admits what the outer contract admitted: from the
+    # outer admission's decoding when it is handed over, else from the bytes.
+    def __init__(self, contract: Contract) -> None:
+        self._contract = contract
+        self._name = contract.definition.name
+
+    def __call__(self, raw: bytes) -> None:
+        self._contract.prepare(ToolCall("validate", self._name, raw))
+
+    def validate_decoded(self, decoded: _json.Decoded) -> None:
+        self._contract.prepare(decoded_call("validate", self._name, decoded))
 
 
 def expand(tools: Iterable[Tool | Registry]) -> list[Tool]:
