@@ -28,6 +28,7 @@ from gateway.audit._mask import Masker
 from gateway.policy import CachingAuthorizer, DecisionCache, InputDocument, caller_context
 from gateway.policy._facts import _compute, sql_locations
 from gateway.service import Gateway
+from gateway.service._tracing import argument_digest, authorization_digest
 from gateway.testing import JsonWork, RecordingTool, StaticAuthorizer
 
 SQL_SCHEMA: Final = {
@@ -278,3 +279,16 @@ def test_a_decoding_of_other_bytes_is_not_reused_by_admission() -> None:
 
     assert decoded_arguments(call) is None
     assert decoding_of(invocation).value == {"to": "eve"}
+
+
+def test_the_trace_digest_of_admitted_arguments_is_the_audit_digest_without_a_decoding() -> None:
+    raw = b'{"b": 1.0, "a": [true]}'
+    invocation = bind(_tool(ANY)).prepare(ToolCall("1", "any", raw))
+    admitted = admitted_authorization(ANY, decoding_of(invocation))
+
+    with JsonWork() as work:
+        digest = authorization_digest(admitted)
+
+    assert work.count("parse") == 0
+    assert digest == argument_digest(raw) == authorization_digest(Authorization(ANY, raw))
+    assert digest == hashlib.sha256(b'{"a":[true],"b":1.0}').hexdigest()

@@ -38,7 +38,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway import _json
-from gateway._authorization import Authorization, Decision
+from gateway._authorization import Authorization, Decision, decoding
 from gateway._definition import ToolDefinition
 from gateway.service._logs import engine_name
 from gateway.service._observe import CallObserver, DecisionWatch, RunWatch, error_code
@@ -126,6 +126,18 @@ def argument_digest(arguments: bytes) -> str:
         return hashlib.sha256(_json.canonical(_json.parse(arguments))).hexdigest()
     except _json.StrictJSONError:
         return hashlib.sha256(arguments).hexdigest()
+
+
+def authorization_digest(authorization: Authorization) -> str:
+    """:func:`argument_digest` of an authorization's arguments, from admission's decoding.
+
+    An authorization made from an Invocation carries the canonical form the policy input
+    and the audit record share: it is hashed as it is, not decoded again.
+    """
+    decoded = decoding(authorization)
+    if decoded is None:
+        return argument_digest(authorization.arguments)
+    return hashlib.sha256(decoded.canonical()).hexdigest()
 
 
 class _DecisionSpan(DecisionWatch):
@@ -244,7 +256,7 @@ class TracingObserver(CallObserver):
             "gen_ai.tool.name": name,
             "gateway.policy.id": self._policy,
             "gateway.policy.revision": str(revision) if revision is not None else "unknown",
-            "gateway.arguments.sha256": argument_digest(authorization.arguments),
+            "gateway.arguments.sha256": authorization_digest(authorization),
         }
         with (
             self._tracer.start_as_current_span(
