@@ -407,9 +407,12 @@ class InputRounds:
             principal = (
                 json.dumps([found, session]) if isinstance(found, str) else secrets.token_hex(16)
             )
+        # Decoded strictly, numbers exact: a retry matches only arguments equal to the
+        # original's as admission reads them (1.0 is not 1.00; duplicate names never match
+        # anything but the same bytes).
         try:
-            canonical = _json.canonical(json.loads(arguments))
-        except (ValueError, UnicodeError, RecursionError, _json.StrictJSONError):
+            canonical = _json.canonical(_json.parse(arguments, max_depth=10_000))
+        except _json.StrictJSONError:
             canonical = arguments
         digest = hashlib.sha256(canonical).hexdigest()
         return (ctx.method, principal, target, digest)

@@ -311,3 +311,29 @@ def test_any_state_or_answers_a_client_makes_up_are_refused_and_the_call_waits_o
         assert await _answer(rounds, ctx, first) == "done"
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("original", "retry"),
+    [
+        (b'{"amount": 1.0}', b'{"amount": 1.00}'),
+        (b'{"amount": 0.1}', b'{"amount": 0.1000000000000000055511151231257827}'),
+        (b'{"n": 9007199254740993}', b'{"n": 9007199254740992.0}'),
+        (b'{"to": "bob"}', b'{"to": "eve", "to": "bob"}'),
+    ],
+)
+def test_a_retry_binds_only_to_arguments_that_are_exactly_the_originals(
+    original: bytes, retry: bytes
+) -> None:
+    # As admission reads them: exact numbers, duplicate member names never equal.
+    ctx = _ctx()
+
+    assert InputRounds.binding(ctx, "ask", original) != InputRounds.binding(ctx, "ask", retry)
+
+
+def test_a_retry_binds_to_the_same_arguments_in_another_order_and_spacing() -> None:
+    ctx = _ctx()
+
+    assert InputRounds.binding(ctx, "ask", b'{"a": 1, "b": [2.50]}') == InputRounds.binding(
+        ctx, "ask", b'{ "b" : [2.50],"a":1 }'
+    )
