@@ -23,9 +23,16 @@ from gateway import Decision, Guard, Registry, ToolCall, ToolDefinition, ToolOut
 from gateway._authorization import Authorization, admitted_authorization, decoding
 from gateway._call import decoded_arguments, decoded_call
 from gateway._contract import AdmissionLimits, decoding_of
+from gateway.approvals._gate import call_key
 from gateway.audit import AuditTrail, MemorySink
 from gateway.audit._mask import Masker
-from gateway.policy import CachingAuthorizer, DecisionCache, InputDocument, caller_context
+from gateway.policy import (
+    CachingAuthorizer,
+    CallerContext,
+    DecisionCache,
+    InputDocument,
+    caller_context,
+)
 from gateway.policy._facts import _compute, sql_locations
 from gateway.service import Gateway
 from gateway.service._tracing import argument_digest, authorization_digest
@@ -292,3 +299,17 @@ def test_the_trace_digest_of_admitted_arguments_is_the_audit_digest_without_a_de
     assert work.count("parse") == 0
     assert digest == argument_digest(raw) == authorization_digest(Authorization(ANY, raw))
     assert digest == hashlib.sha256(b'{"a":[true],"b":1.0}').hexdigest()
+
+
+def test_an_approval_is_bound_to_the_same_key_from_admission_s_decoding() -> None:
+    raw = b'{"amount": 10.50, "to": "bob"}'
+    invocation = bind(_tool(ANY)).prepare(ToolCall("1", "any", raw))
+    admitted = admitted_authorization(ANY, decoding_of(invocation))
+    caller = CallerContext({"user": "alice"})
+
+    with JsonWork() as work:
+        key = call_key(admitted, caller)
+
+    assert work.count("parse") == 0
+    assert key == call_key(Authorization(ANY, raw), caller)
+    assert key.arguments_digest == hashlib.sha256(b'{"amount":10.50,"to":"bob"}').hexdigest()
