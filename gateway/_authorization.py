@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import ClassVar, Final, Protocol, runtime_checkable
 
+from gateway import _json
 from gateway._definition import ToolDefinition
 from gateway._errors import GatewayError, InvalidToolError, MalformedDecisionError, NoDecisionError
 from gateway._json import Decoded
@@ -68,6 +69,18 @@ def decoding(authorization: Authorization) -> Decoded | None:
     found: Decoded | None = getattr(authorization, "_decoded", None)
     # Only ever of these very bytes (a copy made by dataclasses.replace has none).
     return found if found is not None and found.source is authorization.arguments else None
+
+
+def canonical_arguments(authorization: Authorization) -> bytes:
+    """The arguments' canonical JSON: admission's encoding when carried, else decoded here.
+
+    Raises:
+        StrictJSONError: the arguments are not strict JSON (never from admitted ones).
+    """
+    found = decoding(authorization)
+    if found is not None:
+        return found.canonical()
+    return _json.canonical(_json.parse(authorization.arguments, max_depth=10_000))
 
 
 @dataclass(frozen=True, slots=True)

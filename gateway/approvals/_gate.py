@@ -30,8 +30,13 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, Final
 
-from gateway import _json
-from gateway._authorization import Authorization, Authorizer, Decision, decoding, read_answer
+from gateway._authorization import (
+    Authorization,
+    Authorizer,
+    Decision,
+    canonical_arguments,
+    read_answer,
+)
 from gateway._errors import MalformedDecisionError, NoDecisionError
 from gateway.approvals._store import (
     APPROVED,
@@ -73,17 +78,9 @@ def _utc(seconds: float) -> str:
 
 def call_key(authorization: Authorization, caller: CallerContext) -> ApprovalKey:
     """What an approval of this call is bound to."""
-    # Admission's decoding when the authorization carries it (the canonical form the policy
-    # input and the audit record share); else the bytes are decoded here.
-    decoded = decoding(authorization)
-    encoded = (
-        _json.canonical(_json.parse(authorization.arguments, max_depth=10_000))
-        if decoded is None
-        else decoded.canonical()
-    )
     return ApprovalKey(
         tool=authorization.definition.name,
-        arguments_digest=hashlib.sha256(encoded).hexdigest(),
+        arguments_digest=hashlib.sha256(canonical_arguments(authorization)).hexdigest(),
         caller_digest=caller.digest,
     )
 

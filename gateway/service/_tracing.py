@@ -38,7 +38,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway import _json
-from gateway._authorization import Authorization, Decision, decoding
+from gateway._authorization import Authorization, Decision, canonical_arguments
 from gateway._definition import ToolDefinition
 from gateway.service._logs import engine_name
 from gateway.service._observe import CallObserver, DecisionWatch, RunWatch, error_code
@@ -117,27 +117,16 @@ def inject(carrier: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     return carrier
 
 
-def argument_digest(arguments: bytes) -> str:
+def argument_digest(authorization: Authorization) -> str:
     """The audit record's ``arguments_digest`` of these arguments (never the arguments).
 
-    The SHA-256 of their canonical JSON; of the bytes themselves if they do not parse.
+    The SHA-256 of their canonical JSON (admission's, when the authorization carries it);
+    of the bytes themselves if they do not parse.
     """
     try:
-        return hashlib.sha256(_json.canonical(_json.parse(arguments))).hexdigest()
+        return hashlib.sha256(canonical_arguments(authorization)).hexdigest()
     except _json.StrictJSONError:
-        return hashlib.sha256(arguments).hexdigest()
-
-
-def authorization_digest(authorization: Authorization) -> str:
-    """:func:`argument_digest` of an authorization's arguments, from admission's decoding.
-
-    An authorization made from an Invocation carries the canonical form the policy input
-    and the audit record share: it is hashed as it is, not decoded again.
-    """
-    decoded = decoding(authorization)
-    if decoded is None:
-        return argument_digest(authorization.arguments)
-    return hashlib.sha256(decoded.canonical()).hexdigest()
+        return hashlib.sha256(authorization.arguments).hexdigest()
 
 
 class _DecisionSpan(DecisionWatch):
@@ -256,7 +245,7 @@ class TracingObserver(CallObserver):
             "gen_ai.tool.name": name,
             "gateway.policy.id": self._policy,
             "gateway.policy.revision": str(revision) if revision is not None else "unknown",
-            "gateway.arguments.sha256": authorization_digest(authorization),
+            "gateway.arguments.sha256": argument_digest(authorization),
         }
         with (
             self._tracer.start_as_current_span(
