@@ -191,6 +191,24 @@ def chain(depth: int, base: Tool) -> Tool:
 
 _SPACE = st.text(alphabet=" \t\r\n", max_size=3)
 
+#: Scalars a strict decoding yields (numbers other than integers are Decimals).
+JSON_SCALARS: st.SearchStrategy[object] = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.decimals(allow_nan=False, allow_infinity=False)
+    | st.text()
+)
+
+
+def json_values(leaves: st.SearchStrategy[object] = JSON_SCALARS) -> st.SearchStrategy[object]:
+    """Nested JSON values (small lists and objects) over ``leaves``."""
+    return st.recursive(
+        leaves,
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+        max_leaves=12,
+    )
+
 
 @st.composite
 def serialized(draw: st.DrawFn, value: object) -> str:

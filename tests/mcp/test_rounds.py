@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+from decimal import Decimal
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -26,6 +28,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mcp import Client, MCPError
 
+from gateway import _json
 from gateway.mcp._bridge import (
     MAX_INPUT_ROUNDS,
     MAX_WAITING_PER_PRINCIPAL,
@@ -33,6 +36,7 @@ from gateway.mcp._bridge import (
     _RoundRelay,
 )
 from gateway.mcp._relay import DOWNSTREAM
+from tests.helpers import json_values, serialized
 from tests.mcp.conftest import ConfigWriter, audit_records
 from tests.mcp.test_bridge import _elicitation, _roots, _sampling, _text, connect, served
 
@@ -337,3 +341,48 @@ def test_a_retry_binds_to_the_same_arguments_in_another_order_and_spacing() -> N
     assert InputRounds.binding(ctx, "ask", b'{"a": 1, "b": [2.50]}') == InputRounds.binding(
         ctx, "ask", b'{ "b" : [2.50],"a":1 }'
     )
+
+
+def _exact(raw: bytes) -> bytes:
+    try:
+        return _json.canonical(_json.parse(raw))
+    except _json.StrictJSONError:
+        return raw
+
+
+def _twin(value: object, rounded: bool) -> object:
+    # The same value with every non-integer number spelled otherwise: with one more
+    # trailing zero, or as the float it rounds to (a lenient decoder's reading of it).
+    if isinstance(value, Decimal):
+        if rounded and math.isfinite(float(value)):
+            return Decimal(repr(float(value)))
+        spelled = f"{value:f}"
+        return Decimal(spelled + "0" if "." in spelled else spelled + ".0")
+    if isinstance(value, list):
+        return [_twin(item, rounded) for item in value]
+    if isinstance(value, dict):
+        return {name: _twin(item, rounded) for name, item in value.items()}
+    return value
+
+
+@settings(max_examples=300)
+@given(st.data(), json_values(), json_values())
+def test_a_retry_binds_exactly_when_admission_reads_the_same_arguments(
+    data: st.DataObject, first: object, second: object
+) -> None:
+    # Any two documents, each sent in any member order, spacing and escaping, and either
+    # the same value twice or two values: bound together exactly when their strict
+    # decodings are equal.
+    ctx = _ctx()
+    other = data.draw(
+        st.sampled_from([first, second, _twin(first, rounded=False), _twin(first, rounded=True)])
+    )
+    try:
+        original = data.draw(serialized({"v": first})).encode("utf-8")
+        retry = data.draw(serialized({"v": other})).encode("utf-8")
+    except UnicodeError:  # a lone surrogate: no bytes to send
+        return
+
+    same = InputRounds.binding(ctx, "ask", original) == InputRounds.binding(ctx, "ask", retry)
+
+    assert same == (_exact(original) == _exact(retry))

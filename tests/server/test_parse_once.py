@@ -24,6 +24,7 @@ from gateway._errors import InvalidInvocationError
 from gateway.server import build_service
 from gateway.service import parse_config
 from gateway.testing import JsonWork
+from tests.helpers import json_values
 from tests.server.conftest import ALICE, REPO_ROOT, shipped_service_config
 
 #: What a whole allowed call (fresh arguments: a cache miss) costs at most: one strict parse
@@ -117,19 +118,7 @@ async def test_a_call_never_strictly_decodes_the_caller_context_again(
 
 
 ANY_OBJECT: Final = ToolDefinition("any", {"type": "object"})
-_leaves = (
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.decimals(allow_nan=False, allow_infinity=False)
-    | st.text()
-)
-_values = st.recursive(
-    _leaves,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
-    max_leaves=12,
-)
-_objects = st.dictionaries(st.text(), _values, max_size=4)
+_objects = st.dictionaries(st.text(), json_values(), max_size=4)
 
 
 def _strict(document: dict[str, Any]) -> Any:
