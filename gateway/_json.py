@@ -186,6 +186,30 @@ def _unique_members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return members
 
 
+#: The strict decoders, made once: ``json.loads`` with hooks builds a decoder and its
+#: scanner anew on every call, which cost more than decoding a small document. A decoder
+#: keeps no state between documents, so one is shared by every thread (as ``json.loads``
+#: shares its default one).
+_EXACT_DECODER: Final = json.JSONDecoder(
+    object_pairs_hook=_unique_members, parse_float=Decimal, parse_constant=_reject_constant
+)
+_FLOAT_DECODER: Final = json.JSONDecoder(
+    object_pairs_hook=_unique_members, parse_float=float, parse_constant=_reject_constant
+)
+
+
+def _load(decoder: json.JSONDecoder, raw: bytes | str) -> Any:
+    # ``json.loads(raw, ...)`` with a decoder made once: the same text for bytes (the
+    # encoding detected as there) and the same refusal of a leading byte order mark.
+    if isinstance(raw, str):
+        if raw.startswith("\ufeff"):
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", raw, 0)
+        text = raw
+    else:
+        text = raw.decode(json.detect_encoding(raw), "surrogatepass")
+    return decoder.decode(text)
+
+
 def _decode_error(exc: ValueError) -> StrictJSONError:
     # json's own messages are fixed templates plus a position; int()'s digit-limit message
     # names only counts. Neither quotes the input, but only the template and the offset are
@@ -208,12 +232,7 @@ def parse_trusted(raw: bytes | str, *, exact: bool = True) -> JSONValue:
     if _observer is not None:
         _observer("parse_trusted")
     try:
-        return json.loads(
-            raw,
-            object_pairs_hook=_unique_members,
-            parse_float=Decimal if exact else float,
-            parse_constant=_reject_constant,
-        )
+        return _load(_EXACT_DECODER if exact else _FLOAT_DECODER, raw)
     except StrictJSONError:
         raise
     except RecursionError:
@@ -282,12 +301,7 @@ def parse(raw: bytes, *, max_depth: int = DEFAULT_MAX_DEPTH) -> JSONValue:
     except UnicodeDecodeError:
         raise StrictJSONError("document is not valid UTF-8") from None
     try:
-        value = json.loads(
-            text,
-            object_pairs_hook=_unique_members,
-            parse_float=Decimal,
-            parse_constant=_reject_constant,
-        )
+        value = _load(_EXACT_DECODER, text)
     except StrictJSONError:
         raise
     except RecursionError:

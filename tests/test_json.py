@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import json
 import re
 from decimal import Decimal
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from gateway import _json
 from gateway._json import StrictJSONError, canonical, digest, is_blank, parse
-from tests.helpers import serialized
+from tests.helpers import json_values, serialized
 
 VALID_DOCUMENTS = [
     pytest.param(b"{}", {}, id="empty_object"),
@@ -359,3 +361,80 @@ def test_a_long_ascii_document_is_not_suspect_unless_an_escape_could_decode_badl
     assert _json._suspect(clean) is False
     assert _json._suspect(clean[:-2] + '\\ud83d"}') is True
     assert _json._suspect(clean[:-2] + '\\u00e9"}') is False
+
+
+def _outcome(read: Any, raw: bytes | str) -> tuple[str, object]:
+    try:
+        return "value", read(raw)
+    except StrictJSONError as exc:
+        return "refused", str(exc)
+
+
+# Bytes made mostly of JSON's own characters, so that both documents and near misses
+# (duplicate names, a trailing token, a byte order mark, NaN, deep nesting) come up.
+_JSONISH_BYTES = st.lists(
+    st.sampled_from(
+        [
+            b"{",
+            b"}",
+            b"[",
+            b"]",
+            b",",
+            b":",
+            b'"a"',
+            b'"b"',
+            b"1",
+            b"1.5",
+            b"-0",
+            b"1e400",
+            b"NaN",
+            b"true",
+            b"null",
+            b" ",
+            b"\n",
+            b"\xef\xbb\xbf",
+            b"\xff",
+            b'"\\ud800"',
+            b"\x00",
+        ]
+    ),
+    max_size=12,
+).map(b"".join)
+
+
+@example(b"\xef\xbb\xbf{}")  # the bytes' BOM is dropped by the detected encoding
+@example("\ufeff{}")  # a text's BOM is refused
+@example(b"\x00{\x00}")  # the encoding detected is UTF-16, as json.loads detects it
+@given(
+    st.one_of(
+        _JSONISH_BYTES,
+        _JSONISH_BYTES.map(lambda raw: raw.decode("latin-1")),
+        json_values().flatmap(serialized).map(str.encode),
+    )
+)
+def test_property_trusted_parsing_reads_exactly_as_json_loads_with_the_same_hooks(
+    raw: bytes | str,
+) -> None:
+    # parse_trusted shares decoders made once; it must read every text (and refuse every
+    # one) exactly as json.loads called with the strict hooks each time.
+    def reference(exact: bool) -> Any:
+        def read(document: bytes | str) -> object:
+            try:
+                return json.loads(
+                    document,
+                    object_pairs_hook=_json._unique_members,
+                    parse_float=Decimal if exact else float,
+                    parse_constant=_json._reject_constant,
+                )
+            except StrictJSONError:
+                raise
+            except RecursionError:
+                raise StrictJSONError("document is not valid JSON: it nests too deeply") from None
+            except ValueError as exc:
+                raise _json._decode_error(exc) from None
+
+        return read
+
+    for exact in (True, False):
+        ours = functools.partial(_json.parse_trusted, exact=exact)
+        assert _outcome(ours, raw) == _outcome(reference(exact), raw)

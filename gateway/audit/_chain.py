@@ -89,6 +89,13 @@ def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return members
 
 
+#: Made once: ``json.loads`` with hooks builds a decoder anew for every line. Reading a
+#: text with it is exactly ``json.loads(text, ...)`` (a leading BOM is refused either way).
+_DECODER: Final = json.JSONDecoder(
+    object_pairs_hook=_unique, parse_float=_finite, parse_constant=_refuse_constant
+)
+
+
 def decode(line: bytes) -> Any:
     """Read one record line strictly: UTF-8, one JSON value, no duplicates, finite numbers.
 
@@ -102,12 +109,7 @@ def decode(line: bytes) -> Any:
     except UnicodeDecodeError:
         raise MalformedRecordError("not valid UTF-8") from None
     try:
-        return json.loads(
-            text,
-            object_pairs_hook=_unique,
-            parse_float=_finite,
-            parse_constant=_refuse_constant,
-        )
+        return _DECODER.decode(text)
     except MalformedRecordError:
         raise
     except RecursionError:
