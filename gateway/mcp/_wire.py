@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -36,11 +37,17 @@ INVALID_REQUEST: Final = -32600
 _WS_RUN: Final = re.compile(rb"[ \t\n\r]*")
 #: Finds where a bracketed or quoted value ends at C speed; lenient, so only a shortcut.
 _LENIENT: Final = json.JSONDecoder(strict=False)
+#: Its scanner, called without ``raw_decode``'s frame (StopIteration: no value there); the
+#: attribute is set by ``JSONDecoder.__init__``, which the type stubs do not declare.
+_Scan = Callable[[str, int], tuple[object, int]]
+_LENIENT_SCAN: Final[_Scan] = _LENIENT.scan_once  # type: ignore[attr-defined]
 _STRING: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _STRUCTURAL: Final = re.compile(rb'["\[\]{}]')
 _SCALAR_END: Final = re.compile(rb'[\s,\]}\[{":]')
 _OPEN: Final = {ord("{"): ord("}"), ord("["): ord("]")}
 _PLACEHOLDER: Final = b"{}"
+_LBRACE, _RBRACE, _QUOTE, _COLON, _COMMA = b'{}":,'
+_WS: Final = frozenset(b" \t\n\r")
 _ENVELOPE_DEPTH: Final = 64
 
 RequestId = int | str
@@ -103,10 +110,10 @@ def _value_end(data: bytes, index: int, text: str) -> int:
     if index >= len(data):
         raise _MalformedError
     first = data[index]
-    if first in _OPEN or first == ord('"'):
+    if first in _OPEN or first == _QUOTE:
         try:
-            return int(_LENIENT.raw_decode(text, index)[1])
-        except (ValueError, RecursionError):
+            return int(_LENIENT_SCAN(text, index)[1])
+        except (StopIteration, ValueError, RecursionError):
             pass
     return _scan_end(data, index)
 
@@ -159,36 +166,58 @@ def _name(data: bytes, start: int, end: int) -> str:
     return name
 
 
-def _members(data: bytes, index: int, text: str) -> tuple[dict[str, tuple[int, int]], int]:
+def _members(  # noqa: PLR0912 - inlined on purpose, see below
+    data: bytes, index: int, text: str
+) -> tuple[dict[str, tuple[int, int]], int]:
     """The member spans of the object at ``index`` (duplicate names are malformed)."""
+    # Every step inlined: this runs on every message read from a client, twice for a tool
+    # call. White space is skipped (a call) only where there is some:
+    # a client's compact JSON has none.
+    string = _STRING.match
+    size = len(data)
     members: dict[str, tuple[int, int]] = {}
-    index = _skip(data, index)
-    if index >= len(data) or data[index] != ord("{"):
+    if index < size and data[index] in _WS:
+        index = _skip(data, index)
+    if index >= size or data[index] != _LBRACE:
         raise _MalformedError
-    index = _skip(data, index + 1)
-    if index < len(data) and data[index] == ord("}"):
+    index += 1
+    if index < size and data[index] in _WS:
+        index = _skip(data, index)
+    if index < size and data[index] == _RBRACE:
         return members, index + 1
     while True:
-        if index >= len(data) or data[index] != ord('"'):
+        if index >= size or data[index] != _QUOTE:
             raise _MalformedError
-        end = _string_end(data, index)
+        token = string(data, index)
+        if token is None:
+            raise _MalformedError
+        end = token.end()
         name = _name(data, index, end)
         if name in members:
             raise _MalformedError
-        index = _skip(data, end)
-        if index >= len(data) or data[index] != ord(":"):
+        index = end
+        if index < size and data[index] in _WS:
+            index = _skip(data, index)
+        if index >= size or data[index] != _COLON:
             raise _MalformedError
-        start = _skip(data, index + 1)
+        start = index + 1
+        if start < size and data[start] in _WS:
+            start = _skip(data, start)
         end = _value_end(data, start, text)
         members[name] = (start, end)
-        index = _skip(data, end)
-        if index >= len(data):
+        index = end
+        if index < size and data[index] in _WS:
+            index = _skip(data, index)
+        if index >= size:
             raise _MalformedError
-        if data[index] == ord("}"):
+        byte = data[index]
+        if byte == _RBRACE:
             return members, index + 1
-        if data[index] != ord(","):
+        if byte != _COMMA:
             raise _MalformedError
-        index = _skip(data, index + 1)
+        index += 1
+        if index < size and data[index] in _WS:
+            index = _skip(data, index)
 
 
 def _strict(data: bytes) -> object:
@@ -230,7 +259,13 @@ def _read(data: bytes) -> Message:
     if _skip(data, end) != len(data):
         raise _MalformedError
     method_span = members.get("method")
-    method = _strict(data[method_span[0] : method_span[1]]) if method_span else None
+    # A string's text (the envelope's strict parse below judges the token, member and
+    # all); anything else is no method.
+    method = (
+        _name(data, *method_span)
+        if method_span is not None and data[method_span[0]] == _QUOTE
+        else None
+    )
     body = data
     arguments: bytes | None = None
     is_tool_call = method == "tools/call" and "id" in members
