@@ -46,9 +46,11 @@ from typing import Any, Final
 import anyio
 import mcp_types as types
 from mcp import MCPError
+from mcp.server._otel import OpenTelemetryMiddleware
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.shared.message import SessionMessage
+from opentelemetry import context as otel_context
 from starlette.types import ASGIApp
 
 from gateway import _json
@@ -75,6 +77,7 @@ from gateway.service import (
     CallResult,
     Gateway,
     active_tracer,
+    extract,
     mcp_server_span,
     request_id_in,
 )
@@ -92,6 +95,41 @@ _LISTING_EXTRAS: Final = frozenset({"execution", "icons", "_meta"})
 _RAW_ARGUMENTS: contextvars.ContextVar[object] = contextvars.ContextVar(
     "gateway_mcp_raw_arguments", default=_UNSET
 )
+
+
+class _CallerTraceContext:
+    """Server middleware: the caller's W3C trace context (``params._meta``) is current.
+
+    In place of the SDK's ``OpenTelemetryMiddleware``. That one opens a span for every
+    request through the global tracer provider, which the gateway never sets: a span that
+    records nothing, for the cost of its attributes, a propagator run and a context switch
+    on every message. The gateway makes its own MCP server span, with ``[telemetry]``. What
+    the SDK's span did do was make the caller's trace context current, so that a gateway
+    that does not trace forwards the caller's ``traceparent`` to the upstream unchanged;
+    this keeps exactly that.
+    """
+
+    async def __call__(
+        self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
+        meta = ctx.meta
+        parent = extract(meta) if meta else None
+        if parent is None:
+            return await call_next(ctx)
+        token = otel_context.attach(parent)
+        try:
+            return await call_next(ctx)
+        finally:
+            otel_context.detach(token)
+
+
+def _without_sdk_spans(server: Server[Any]) -> None:
+    # The SDK installs its OpenTelemetryMiddleware first; the caller's context takes its place.
+    middleware = server.middleware
+    middleware[:] = [
+        _CallerTraceContext() if isinstance(item, OpenTelemetryMiddleware) else item
+        for item in middleware
+    ]
 
 
 class _NonObjectArguments:
@@ -237,6 +275,7 @@ class McpFront:
             on_call_tool=self._call_tool,
             get_tool_input_schema=self._input_schema,
         )
+        _without_sdk_spans(self.server)
         self.server.middleware.append(_NonObjectArguments())
         self._bridge = Bridge(lambda: self._gateway, self._caller, audit=audit, upstreams=upstreams)
         self._bridge.install(self.server)

@@ -46,6 +46,7 @@ from gateway.service._stack import Stack, named_asyncio, run_on_fastest_loop, se
 from gateway.service._tracing import (
     TraceRequests,
     active_tracer,
+    extract,
     inject,
     mcp_client_span,
     mcp_server_span,
@@ -88,6 +89,7 @@ __all__ = [
     "configure_logging",
     "error_body",
     "expand",
+    "extract",
     "import_tools",
     "inject",
     "insufficient_scope",

@@ -484,3 +484,16 @@ def test_stdio_gateway_admits_the_bytes_sent_not_what_a_lenient_parser_makes_of_
         (r["outcome"], r["code"]) for r in audit_records(audit_path) if r["type"] == "outcome"
     ]
     assert outcomes == [("invalid", "invalid_arguments")] * 3 + [("executed", None)]
+
+
+def test_the_front_opens_no_sdk_span_per_request() -> None:
+    # The SDK's OpenTelemetryMiddleware would open a span on the global tracer provider
+    # (never set by the gateway: a span recording nothing) for every message. The front
+    # makes its own spans with [telemetry]; the caller's trace context alone stays current
+    # (test_tracing: it reaches the upstream unchanged when the gateway does not trace).
+    from mcp.server._otel import OpenTelemetryMiddleware
+
+    middleware = _front(_echo(), StaticAuthorizer(True)).server.middleware
+
+    assert not [item for item in middleware if isinstance(item, OpenTelemetryMiddleware)]
+    assert type(middleware[0]).__name__ == "_CallerTraceContext"

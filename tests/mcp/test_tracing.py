@@ -140,3 +140,28 @@ async def test_an_allowed_and_a_denied_proxied_call_are_each_one_trace_caller_to
     everything = show(spans)
     for value in ("/srv/tenants", "acme/report", "globex"):
         assert value not in everything
+
+
+async def test_without_telemetry_the_callers_trace_context_reaches_the_upstream_unchanged(
+    write_config: ConfigWriter, record: Path, audit_path: Path
+) -> None:
+    # A gateway that does not trace is no participant in the caller's trace: the upstream
+    # gets the caller's own traceparent, as through any proxy that forwards it.
+    config = write_config(stdio_context=None, modules=["examples.example_tools:add"])
+    service = McpService(load_config(config))
+    async with (
+        service,
+        serving(service.http_server(host="127.0.0.1", port=0, log_level="warning")) as url,
+        httpx2.AsyncClient(timeout=30, headers={"x-api-key": "alice-key"}) as http,
+        Client(streamable_http_client(f"{url}/mcp", http_client=http), cache=None) as client,
+    ):
+        allowed = await client.call_tool(
+            "read_file",
+            {"path": ALLOWED_PATH},
+            meta=cast(Any, {"traceparent": f"00-{ALLOWED_TRACE}-{CALLER_SPAN}-01"}),
+        )
+        plain = await client.call_tool("read_file", {"path": ALLOWED_PATH})
+    assert not allowed.is_error
+    assert not plain.is_error
+    traces = [e for e in read_record(record) if e["event"] == "trace"]
+    assert [e["traceparent"] for e in traces] == [f"00-{ALLOWED_TRACE}-{CALLER_SPAN}-01"]
