@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import dataclasses
 import json
 import logging
@@ -59,7 +58,13 @@ from gateway._failure import Failure, FailureKind
 from gateway._output import ToolOutput
 from gateway.mcp._content import from_result, gateway_version, public_text
 from gateway.mcp._relay import DOWNSTREAM, Downstream, InputRequest, at_least
-from gateway.service import McpUpstreamConfig, StateLog, active_tracer, mcp_client_span
+from gateway.service import (
+    McpUpstreamConfig,
+    StateLog,
+    active_tracer,
+    loop_context,
+    mcp_client_span,
+)
 
 _LOG: Final = logging.getLogger("gateway.mcp")
 _MAX_PAGES: Final = 100
@@ -530,7 +535,7 @@ class Upstream:
         async def run() -> None:
             await work
 
-        task = asyncio.get_running_loop().create_task(run(), context=contextvars.Context())
+        task = asyncio.get_running_loop().create_task(run(), context=loop_context())
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
@@ -741,7 +746,7 @@ class Upstream:
                 if self._resource_streams.get(uri) is task:
                     del self._resource_streams[uri]
 
-        task = asyncio.get_running_loop().create_task(hold(), context=contextvars.Context())
+        task = asyncio.get_running_loop().create_task(hold(), context=loop_context())
         self._background.add(task)
         task.add_done_callback(self._background.discard)
         self._resource_streams[uri] = task
@@ -818,7 +823,7 @@ class Upstream:
         connection.task = loop.create_task(
             self._own(connection),
             name=f"gateway-mcp-upstream-{self.name}",
-            context=contextvars.Context(),
+            context=loop_context(),
         )
         try:
             async with asyncio.timeout(self._config.timeout_s):

@@ -42,7 +42,13 @@ from gateway.service._middleware import (
     unauthenticated,
 )
 from gateway.service._pipeline import BoundTool, CallResult, CallScope, Gateway, expand
-from gateway.service._stack import Stack, named_asyncio, run_on_fastest_loop, server_stack
+from gateway.service._stack import (
+    Stack,
+    loop_context,
+    named_asyncio,
+    run_on_fastest_loop,
+    server_stack,
+)
 from gateway.service._tracing import (
     TraceRequests,
     active_tracer,
@@ -95,6 +101,7 @@ __all__ = [
     "insufficient_scope",
     "load_config",
     "load_tools",
+    "loop_context",
     "mcp_client_span",
     "mcp_server_span",
     "named_asyncio",

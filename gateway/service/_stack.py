@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import importlib.util
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, Literal, TypedDict, TypeVar
@@ -53,6 +54,20 @@ def named_asyncio() -> Iterator[None]:
         yield
     finally:
         sniffio.current_async_library_cvar.reset(token)
+
+
+def loop_context() -> contextvars.Context:
+    """A fresh context for a task that must see nothing of its creator's but the loop's name.
+
+    ``contextvars.Context()`` would drop the name too (see :func:`named_asyncio`), and every
+    anyio primitive in that task would pay the ``getpid`` lookup again; here only sniffio's
+    name is carried, when it is set.
+    """
+    context = contextvars.Context()
+    name = sniffio.current_async_library_cvar.get()
+    if name is not None:
+        context.run(sniffio.current_async_library_cvar.set, name)
+    return context
 
 
 def run_on_fastest_loop(main: Callable[[], Coroutine[Any, Any, _T]]) -> _T:

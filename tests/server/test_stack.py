@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import pathlib
 import socket
 import threading
 
@@ -16,7 +17,10 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+import gateway
+from gateway.policy import caller_context, current_caller
 from gateway.server import named_asyncio, run_on_fastest_loop, server_stack
+from gateway.service import loop_context
 from gateway.testing import LiveServer
 
 
@@ -115,3 +119,32 @@ def test_a_uvicorn_server_run_inside_the_name_sees_it_in_each_request() -> None:
 
     assert [response.json() for response in responses] == [{"ok": True}] * 2
     assert seen == ["asyncio", "asyncio"]
+
+
+def test_a_fresh_task_context_keeps_the_loop_name_and_nothing_else() -> None:
+    # Upstream sessions run in a fresh context (no caller's client request may leak into
+    # them); a bare contextvars.Context() would also drop the loop's name.
+    async def seen() -> tuple[str | None, object]:
+        return sniffio.current_async_library_cvar.get(), current_caller().as_dict()
+
+    async def main() -> tuple[str | None, object]:
+        with caller_context(subject="alice"):
+            task = asyncio.get_running_loop().create_task(seen(), context=loop_context())
+            return await task
+
+    assert run_on_fastest_loop(main) == ("asyncio", {})
+    # Outside a named loop there is no name to carry.
+    assert loop_context().run(sniffio.current_async_library_cvar.get) is None
+
+
+def test_the_gateway_makes_fresh_task_contexts_only_through_loop_context() -> None:
+    # A task started in a bare contextvars.Context() loses the loop's name: every anyio
+    # primitive in it pays a getpid again. Fresh contexts come from loop_context().
+    root = pathlib.Path(gateway.__file__).parent
+    bare = [
+        str(path.relative_to(root))
+        for path in sorted(root.rglob("*.py"))
+        if "contextvars.Context()" in path.read_text()
+    ]
+    # loop_context itself, and the shadow worker, which runs no anyio.
+    assert bare == ["replay/_shadow.py", "service/_stack.py"]
