@@ -1,45 +1,30 @@
-"""The MCP wire reader as it was before its scan was inlined: the oracle of test_wire.
+"""The MCP wire reader's scan as it was before it was inlined: the oracle of test_wire.
 
-A copy of the earlier ``gateway.mcp._wire`` scan, step by step through small functions.
-The differential test holds :func:`gateway.mcp._wire.read_message` to :func:`read_message`
-here: the same message, or the same refusal, for every input.
+The functions the inlining rewrote (the member scan, the value end, the message read), as
+they were, step by step; the helpers it left as they are come from
+:mod:`gateway.mcp._wire`. The differential test holds
+:func:`gateway.mcp._wire.read_message` to :func:`read_message` here: the same message, or the
+same refusal, for every input.
 """
 
 from __future__ import annotations
 
-import json
-import re
-from typing import Final
-
-from gateway import _json
-from gateway.mcp._wire import INVALID_REQUEST, PARSE_ERROR, Message, RequestId, WireError
-
-
-class _MalformedError(Exception):
-    pass
-
-
-_WS_RUN: Final = re.compile(rb"[ \t\n\r]*")
-#: Finds where a bracketed or quoted value ends at C speed; lenient, so only a shortcut.
-_LENIENT: Final = json.JSONDecoder(strict=False)
-_STRING: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
-_STRUCTURAL: Final = re.compile(rb'["\[\]{}]')
-_SCALAR_END: Final = re.compile(rb'[\s,\]}\[{":]')
-_OPEN: Final = {ord("{"): ord("}"), ord("["): ord("]")}
-_PLACEHOLDER: Final = b"{}"
-_ENVELOPE_DEPTH: Final = 64
-
-
-def _skip(data: bytes, index: int) -> int:
-    match = _WS_RUN.match(data, index)
-    return index if match is None else match.end()
-
-
-def _string_end(data: bytes, index: int) -> int:
-    match = _STRING.match(data, index)
-    if match is None:
-        raise _MalformedError
-    return match.end()
+from gateway.mcp._wire import (
+    _LENIENT,
+    _OPEN,
+    _PLACEHOLDER,
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    Message,
+    WireError,
+    _MalformedError,
+    _name,
+    _request_id,
+    _scan_end,
+    _skip,
+    _strict,
+    _string_end,
+)
 
 
 def _value_end(data: bytes, index: int, text: str) -> int:
@@ -59,54 +44,6 @@ def _value_end(data: bytes, index: int, text: str) -> int:
         except (ValueError, RecursionError):
             pass
     return _scan_end(data, index)
-
-
-def _scan_end(data: bytes, index: int) -> int:
-    first = data[index]
-    if first == ord('"'):
-        return _string_end(data, index)
-    if first not in _OPEN:
-        match = _SCALAR_END.search(data, index)
-        end = len(data) if match is None else match.start()
-        if end == index:
-            raise _MalformedError
-        return end
-    # Iterative: any depth is located here; admission bounds it.
-    closers = [_OPEN[first]]
-    position = index + 1
-    while True:
-        match = _STRUCTURAL.search(data, position)
-        if match is None:
-            raise _MalformedError
-        byte = data[match.start()]
-        if byte == ord('"'):
-            position = _string_end(data, match.start())
-            continue
-        position = match.end()
-        if byte in _OPEN:
-            closers.append(_OPEN[byte])
-        elif closers.pop() != byte:
-            raise _MalformedError
-        elif not closers:
-            return position
-
-
-def _name(data: bytes, start: int, end: int) -> str:
-    """The member name of the string token ``data[start:end]`` (quotes included)."""
-    raw = data[start + 1 : end - 1]
-    if b"\\" not in raw:
-        # No escape: the name is its UTF-8 text. Control characters are judged with the
-        # envelope, which keeps every member name (only a tool call's arguments are cut).
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise _MalformedError from None
-    try:
-        name = _json.parse(data[start:end])
-    except _json.StrictJSONError:
-        raise _MalformedError from None
-    assert isinstance(name, str)
-    return name
 
 
 def _members(data: bytes, index: int, text: str) -> tuple[dict[str, tuple[int, int]], int]:
@@ -139,22 +76,6 @@ def _members(data: bytes, index: int, text: str) -> tuple[dict[str, tuple[int, i
         if data[index] != ord(","):
             raise _MalformedError
         index = _skip(data, index + 1)
-
-
-def _strict(data: bytes) -> object:
-    try:
-        return _json.parse(data, max_depth=_ENVELOPE_DEPTH)
-    except _json.StrictJSONError:
-        raise _MalformedError from None
-
-
-def _request_id(envelope: dict[str, object]) -> RequestId | None:
-    if "id" not in envelope:
-        return None
-    value = envelope["id"]
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise WireError(INVALID_REQUEST, "Invalid Request: id must be a string or an integer")
-    return value
 
 
 def _read(data: bytes) -> Message:
