@@ -12,7 +12,9 @@ carries an argument value.
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Final, cast
 
@@ -43,6 +45,19 @@ def _traced(path: Path, endpoint: str) -> Path:
         'service_name = "gateway-under-test"\n'
     )
     return path
+
+
+@contextlib.asynccontextmanager
+async def _client(config: Path) -> AsyncIterator[Client]:
+    # Alice's MCP client session with the service of ``config``, over streamable HTTP.
+    service = McpService(load_config(config))
+    async with (
+        service,
+        serving(service.http_server(host="127.0.0.1", port=0, log_level="warning")) as url,
+        httpx2.AsyncClient(timeout=30, headers={"x-api-key": "alice-key"}) as http,
+        Client(streamable_http_client(f"{url}/mcp", http_client=http), cache=None) as client,
+    ):
+        yield client
 
 
 def _tree(spans: list[ReceivedSpan], trace_id: str) -> dict[tuple[str, str], ReceivedSpan]:
@@ -76,13 +91,7 @@ async def test_an_allowed_and_a_denied_proxied_call_are_each_one_trace_caller_to
             write_config(stdio_context=None, modules=["examples.example_tools:add"]),
             receiver.endpoint,
         )
-        service = McpService(load_config(config))
-        async with (
-            service,
-            serving(service.http_server(host="127.0.0.1", port=0, log_level="warning")) as url,
-            httpx2.AsyncClient(timeout=30, headers={"x-api-key": "alice-key"}) as http,
-            Client(streamable_http_client(f"{url}/mcp", http_client=http), cache=None) as client,
-        ):
+        async with _client(config) as client:
             allowed = await client.call_tool(
                 "read_file",
                 {"path": ALLOWED_PATH},
@@ -148,13 +157,7 @@ async def test_without_telemetry_the_callers_trace_context_reaches_the_upstream_
     # A gateway that does not trace is no participant in the caller's trace: the upstream
     # gets the caller's own traceparent, as through any proxy that forwards it.
     config = write_config(stdio_context=None, modules=["examples.example_tools:add"])
-    service = McpService(load_config(config))
-    async with (
-        service,
-        serving(service.http_server(host="127.0.0.1", port=0, log_level="warning")) as url,
-        httpx2.AsyncClient(timeout=30, headers={"x-api-key": "alice-key"}) as http,
-        Client(streamable_http_client(f"{url}/mcp", http_client=http), cache=None) as client,
-    ):
+    async with _client(config) as client:
         allowed = await client.call_tool(
             "read_file",
             {"path": ALLOWED_PATH},
