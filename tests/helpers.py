@@ -191,13 +191,26 @@ def chain(depth: int, base: Tool) -> Tool:
 
 _SPACE = st.text(alphabet=" \t\r\n", max_size=3)
 
+
+def _strict_character(character: str) -> bool:
+    # Strict JSON refuses the noncharacters (U+FDD0..U+FDEF and the last two of every
+    # plane); hypothesis' text draws them, and surrogates never.
+    code = ord(character)
+    return not (0xFDD0 <= code <= 0xFDEF or code & 0xFFFE == 0xFFFE)
+
+
+def json_text(max_size: int | None = None) -> st.SearchStrategy[str]:
+    """Texts strict JSON accepts (every code point but the noncharacters and surrogates)."""
+    return st.text(st.characters().filter(_strict_character), max_size=max_size)
+
+
 #: Scalars a strict decoding yields (numbers other than integers are Decimals).
 JSON_SCALARS: st.SearchStrategy[object] = (
     st.none()
     | st.booleans()
     | st.integers()
     | st.decimals(allow_nan=False, allow_infinity=False)
-    | st.text()
+    | json_text()
 )
 
 
@@ -205,7 +218,7 @@ def json_values(leaves: st.SearchStrategy[object] = JSON_SCALARS) -> st.SearchSt
     """Nested JSON values (small lists and objects) over ``leaves``."""
     return st.recursive(
         leaves,
-        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(json_text(), inner, max_size=3),
         max_leaves=12,
     )
 

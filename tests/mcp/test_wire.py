@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from gateway import _json
 from gateway.mcp._wire import INVALID_REQUEST, PARSE_ERROR, Message, WireError, read_message
+from tests.helpers import json_text
 from tests.mcp import wire_reference
 from tests.mcp.test_admission_parity import ARGUMENT_DOCUMENTS
 
@@ -133,8 +134,8 @@ def test_any_bytes_are_read_or_refused_with_a_json_rpc_error_only(data: bytes) -
 
 @given(
     value=st.recursive(
-        st.none() | st.booleans() | st.integers() | st.text(max_size=5),
-        lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=3), c, max_size=3),
+        st.none() | st.booleans() | st.integers() | json_text(max_size=5),
+        lambda c: st.lists(c, max_size=3) | st.dictionaries(json_text(max_size=3), c, max_size=3),
         max_leaves=10,
     )
 )
