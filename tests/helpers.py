@@ -34,10 +34,15 @@ def is_noncharacter(char: str) -> bool:
     return 0xFDD0 <= code <= 0xFDEF or code & 0xFFFE == 0xFFFE
 
 
-#: Characters I-JSON (RFC 7493) strings may hold: no surrogates, no noncharacters.
-IJSON_CHARACTERS: st.SearchStrategy[str] = st.characters(exclude_categories=["Cs"]).filter(
-    lambda char: not is_noncharacter(char)
-)
+def is_ijson_character(char: str) -> bool:
+    """Whether an I-JSON (RFC 7493) string may hold ``char``: no surrogate, no noncharacter."""
+    return not (0xD800 <= ord(char) <= 0xDFFF or is_noncharacter(char))
+
+
+#: Characters I-JSON strings may hold. The alphabet is exactly ``is_ijson_character``, which a
+#: test holds to the strict parser over every code point: ``st.characters()`` alone draws
+#: surrogates and noncharacters (``st.text()``'s default alphabet draws noncharacters).
+IJSON_CHARACTERS: st.SearchStrategy[str] = st.characters().filter(is_ijson_character)
 
 
 def definition(
@@ -192,16 +197,9 @@ def chain(depth: int, base: Tool) -> Tool:
 _SPACE = st.text(alphabet=" \t\r\n", max_size=3)
 
 
-def _strict_character(character: str) -> bool:
-    # Strict JSON refuses the noncharacters (U+FDD0..U+FDEF and the last two of every
-    # plane); hypothesis' text draws them, and surrogates never.
-    code = ord(character)
-    return not (0xFDD0 <= code <= 0xFDEF or code & 0xFFFE == 0xFFFE)
-
-
 def json_text(max_size: int | None = None) -> st.SearchStrategy[str]:
     """Texts strict JSON accepts (every code point but the noncharacters and surrogates)."""
-    return st.text(st.characters().filter(_strict_character), max_size=max_size)
+    return st.text(IJSON_CHARACTERS, max_size=max_size)
 
 
 #: Scalars a strict decoding yields (numbers other than integers are Decimals).
