@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import mcp_types as types
 from anyio.streams.memory import MemoryObjectSendStream
 from hypothesis import given
@@ -185,3 +186,74 @@ def test_a_line_over_the_limit_read_in_any_pieces_is_one_error_and_the_next_line
     assert order == ["error", "message"]
     assert isinstance(handed[0], SessionMessage)
     assert handed[0].message.id == 9  # type: ignore[union-attr]
+
+
+class _GatedChunks(anyio.abc.ByteReceiveStream):
+    """stdin: one line, sent only once ``gate`` is set; then the end of the stream."""
+
+    def __init__(self, line: bytes, gate: anyio.Event) -> None:
+        self._line: bytes | None = line
+        self._gate = gate
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        await self._gate.wait()
+        if self._line is None:
+            raise anyio.EndOfStream
+        line, self._line = self._line, None
+        return line
+
+    async def aclose(self) -> None:
+        return None
+
+
+class _FullPipe(anyio.abc.ByteSendStream):
+    """stdout whose first write stops half way, as on a full pipe, and lets others run."""
+
+    def __init__(self, mid_write: anyio.Event) -> None:
+        self.data = bytearray()
+        self._mid_write = mid_write
+
+    async def send(self, item: bytes) -> None:
+        if self._mid_write.is_set():
+            self.data += item
+            return
+        half = len(item) // 2
+        self.data += item[:half]
+        self._mid_write.set()
+        for _ in range(50):  # the pipe drains late: the reader has all the time it needs
+            await anyio.lowlevel.checkpoint()
+        self.data += item[half:]
+
+    async def aclose(self) -> None:
+        return None
+
+
+def test_an_error_line_waits_for_a_message_whose_write_is_under_way() -> None:
+    # The reader answers a bad line itself while the writer may be part way through a
+    # message on a full pipe: each line must still reach stdout whole.
+    async def serve() -> bytes:
+        mid_write = anyio.Event()
+        stdout = _FullPipe(mid_write)
+        read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](
+            math.inf
+        )
+        write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](1)
+        answer = types.JSONRPCResponse(jsonrpc="2.0", id=7, result={"content": [], "n": "x" * 64})
+        async with read_stream, write_stream:
+            await write_stream.send(SessionMessage(answer))
+            await pump(
+                _GatedChunks(b"not json\n", mid_write),
+                stdout,
+                read_writer,
+                write_reader,
+                context={},
+                max_line_bytes=LIMIT,
+            )
+        return bytes(stdout.data)
+
+    lines = anyio.run(serve).split(b"\n")
+
+    assert lines.pop() == b""
+    answers = [json.loads(line) for line in lines]
+    assert [answer.get("id") for answer in answers] == [7, None]
+    assert answers[1]["error"]["code"] == -32700
