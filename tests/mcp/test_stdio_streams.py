@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import array
+import asyncio
 import contextlib
+import fcntl
 import os
+import termios
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar, TypeVarTuple
 
 import anyio
 import anyio.lowlevel
@@ -14,6 +19,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.mcp._stdio import FdReceiveStream, FdSendStream, nonblocking
+
+if TYPE_CHECKING:
+    from _typeshed import HasFileno
+
+_T = TypeVar("_T")
+_Ts = TypeVarTuple("_Ts")
 
 
 @pytest.fixture
@@ -118,6 +129,170 @@ def test_messages_sent_in_turn_arrive_in_order_and_unchanged(chunks: list[bytes]
             return received
 
         assert anyio.run(main) == b"".join(chunks)
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
+
+
+class _CountingLoop(asyncio.SelectorEventLoop):
+    """asyncio's loop, counting how often a descriptor is registered and unregistered."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.added = 0
+        self.removed = 0
+
+    def add_reader(
+        self, fd: int | HasFileno, callback: Callable[[*_Ts], object], *args: *_Ts
+    ) -> None:
+        self.added += 1
+        super().add_reader(fd, callback, *args)
+
+    def remove_reader(self, fd: int | HasFileno) -> bool:
+        self.removed += 1
+        return super().remove_reader(fd)
+
+
+def _on_counting_loop(main: Callable[[_CountingLoop], Coroutine[Any, Any, _T]]) -> _T:
+    with asyncio.Runner(loop_factory=_CountingLoop) as runner:
+        loop = runner.get_loop()
+        assert isinstance(loop, _CountingLoop)
+        return runner.run(main(loop))
+
+
+async def _turns(count: int) -> None:
+    for _ in range(count):
+        await asyncio.sleep(0)
+
+
+def _queued(fd: int) -> int:
+    size = array.array("i", [0])
+    fcntl.ioctl(fd, termios.FIONREAD, size)
+    return size[0]
+
+
+def test_messages_waited_for_one_by_one_register_the_descriptor_once(
+    pipe: tuple[int, int],
+) -> None:
+    read_fd, write_fd = pipe
+    messages = [b'{"jsonrpc":"2.0","id":%d,"method":"ping"}\n' % n for n in range(20)]
+
+    async def main(loop: _CountingLoop) -> list[bytes]:
+        stream = FdReceiveStream(read_fd)
+        received = []
+        with nonblocking(read_fd):
+            for message in messages:
+                # Sent once the receiver waits for it, as a client sends its next request.
+                loop.call_later(0, os.write, write_fd, message)
+                received.append(await stream.receive())
+            await stream.aclose()
+        return received
+
+    counts: list[int] = []
+
+    async def counted(loop: _CountingLoop) -> list[bytes]:
+        received = await main(loop)
+        counts.extend((loop.added, loop.removed))
+        return received
+
+    assert _on_counting_loop(counted) == messages
+    assert counts == [1, 1]
+
+
+def test_a_stream_nobody_receives_from_reads_at_most_one_chunk_ahead(
+    pipe: tuple[int, int],
+) -> None:
+    read_fd, write_fd = pipe
+
+    async def main(loop: _CountingLoop) -> tuple[list[bytes], int, int]:
+        stream = FdReceiveStream(read_fd)
+        with nonblocking(read_fd):
+            loop.call_later(0, os.write, write_fd, b"a" * 1000)
+            received = [await stream.receive()]
+            os.write(write_fd, b"b" * 1000)  # read by the watcher: nobody receives now
+            await _turns(10)
+            os.write(write_fd, b"c" * 1000)  # left in the pipe, and the watching stops
+            await _turns(10)
+            queued, removed = _queued(read_fd), loop.removed
+            received += [await stream.receive(1000), await stream.receive(1000)]
+        return received, queued, removed
+
+    received, queued, removed = _on_counting_loop(main)
+
+    assert received == [b"a" * 1000, b"b" * 1000, b"c" * 1000]
+    assert queued == 1000
+    assert removed == 1
+
+
+def test_a_receive_cancelled_while_waiting_loses_nothing_of_what_arrives_after(
+    pipe: tuple[int, int],
+) -> None:
+    read_fd, write_fd = pipe
+
+    async def main() -> tuple[bool, bytes]:
+        stream = FdReceiveStream(read_fd)
+        with nonblocking(read_fd):
+            with anyio.move_on_after(0):
+                await stream.receive()
+            os.write(write_fd, b"after\n")
+            await _turns(3)
+            taken = _queued(read_fd) == 0  # by the watcher, with nobody waiting
+            received = await stream.receive()
+            await stream.aclose()  # before the descriptor blocks again
+        return taken, received
+
+    assert anyio.run(main) == (True, b"after\n")
+
+
+def test_the_end_of_the_stream_is_reported_and_the_descriptor_no_longer_watched(
+    pipe: tuple[int, int],
+) -> None:
+    read_fd, write_fd = pipe
+
+    async def main(loop: _CountingLoop) -> tuple[int, int]:
+        stream = FdReceiveStream(read_fd)
+        with nonblocking(read_fd):
+            loop.call_later(0, os.close, write_fd)
+            with pytest.raises(anyio.EndOfStream):
+                await stream.receive()
+            with pytest.raises(anyio.EndOfStream):
+                await stream.receive()
+        return loop.added, loop.removed
+
+    assert _on_counting_loop(main) == (1, 1)
+
+
+@given(
+    sizes=st.lists(st.integers(min_value=1, max_value=150_000), min_size=1, max_size=4),
+    asks=st.lists(st.integers(min_value=1, max_value=100_000), min_size=1, max_size=8),
+)
+@settings(max_examples=25, deadline=None)
+def test_receives_of_any_size_read_what_was_sent_in_order(
+    sizes: list[int], asks: list[int]
+) -> None:
+    payload = b"".join(bytes([n % 251]) * size for n, size in enumerate(sizes))
+    read_fd, write_fd = os.pipe()
+    try:
+
+        async def main() -> bytes:
+            received = bytearray()
+            with nonblocking(read_fd), nonblocking(write_fd):
+                stream = FdReceiveStream(read_fd)
+                async with anyio.create_task_group() as group:
+                    group.start_soon(FdSendStream(write_fd).send, payload)
+                    turn = 0
+                    while len(received) < len(payload):
+                        ask = asks[turn % len(asks)]
+                        chunk = await stream.receive(ask)
+                        assert 0 < len(chunk) <= ask
+                        received += chunk
+                        turn += 1
+                        if turn % 3 == 0:
+                            await _turns(2)  # now and then the watcher reads ahead
+                await stream.aclose()
+            return bytes(received)
+
+        assert anyio.run(main) == payload
     finally:
         os.close(read_fd)
         os.close(write_fd)
