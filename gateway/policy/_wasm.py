@@ -71,6 +71,7 @@ from gateway.policy._engine import (
     ItemAnswer,
     normalize_path,
 )
+from gateway.policy._epoch import EpochTicker
 from gateway.policy._errors import (
     EngineError,
     EngineTimeoutError,
@@ -80,11 +81,9 @@ from gateway.policy._errors import (
 from gateway.policy._wasm_abi import (
     AbiError,
     CompiledPolicy,
-    EpochTicker,
     EvaluationTrap,
     PolicyInstance,
     compile_policy,
-    new_engine,
 )
 
 #: Default deadline of one evaluation (the configuration's ``engine.timeout_s``).
@@ -231,11 +230,12 @@ class EmbeddedEngine:
             raise ValueError("timeout_s, tick_s and inline_s must be positive")
         if threads < 1 or inline_bytes < 0:
             raise ValueError("threads must be >= 1 and inline_bytes >= 0")
-        self._engine = new_engine()
         self._memory_limit = memory_limit
         self._timeout_s = float(timeout_s)
         self._tick_s = float(tick_s)
-        self._ticker = EpochTicker(self._engine, tick_s)
+        # The engine is the tick interval's own, shared by every engine of that interval.
+        self._ticker = EpochTicker(self._tick_s)
+        self._engine = self._ticker.engine
         self._ticks = self._ticker.ticks_for(timeout_s)
         self._inline_bytes = inline_bytes
         # The inline budget ends the evaluation itself only when it is the whole deadline.
@@ -247,7 +247,11 @@ class EmbeddedEngine:
         self._closed = False
         self._source: tuple[Path, Path, tuple[str, ...]] | None = None
         self._contents: dict[str, str] = {}
-        self._loaded = self._distinct(self._compile(bundle))
+        try:
+            self._loaded = self._distinct(self._compile(bundle))
+        except BaseException:
+            self._ticker.stop()  # no finalizer yet: an engine that failed keeps no clock
+            raise
         #: Result texts read well before (by exact bytes, bounded): see :meth:`_read`.
         self._known_texts: dict[bytes, None] = {}
         self._poller: BundlePoller | None = None

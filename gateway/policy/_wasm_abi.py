@@ -13,16 +13,14 @@ from __future__ import annotations
 import collections
 import ctypes
 import hashlib
-import itertools
 import math
 import re
 import struct
 import threading
-import time
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Final
+from typing import Any, Final
 
 import wasmtime
 from wasmtime import _ffi as ffi
@@ -158,16 +156,6 @@ HOST_BUILTINS: Final[Mapping[str, tuple[int, Callable[..., Any]]]] = {
 
 
 # -- the compiled module --------------------------------------------------------------------
-
-
-def new_engine() -> wasmtime.Engine:
-    """A wasmtime engine whose evaluations can be interrupted by epoch deadlines."""
-    config = wasmtime.Config()
-    config.epoch_interruption = True
-    # Linear memory grows in place (its reservation covers any 32-bit memory), so an
-    # instance can keep one view of it instead of asking for its address on every call.
-    config.memory_may_move = False
-    return wasmtime.Engine(config)
 
 
 @dataclass(frozen=True, slots=True)
@@ -568,7 +556,7 @@ class PolicyInstance:
 
         Three C calls: the deadline, ``opa_eval`` and, only when the memory grew, its size.
         The input goes in and the result comes out through one view of linear memory, whose
-        base never moves (see :func:`new_engine`).
+        base never moves (see :func:`gateway.policy._epoch.new_engine`).
 
         Raises:
             EvaluationTrap: the evaluation trapped (``timed_out`` past the deadline).
@@ -729,94 +717,3 @@ class PolicyInstance:
             if found is None:
                 raise EvaluationTrap("result string runs past memory")
         return self._view[address : found.start()].tobytes()
-
-
-# -- the epoch ------------------------------------------------------------------------------
-
-
-class EpochTicker:
-    """Advances an engine's epoch every ``interval_s``, until stopped.
-
-    Deadlines are counted in ticks: an evaluation given ``n`` ticks traps after between
-    ``(n - 1) * interval_s`` and ``n * interval_s``. Every ticker of one interval shares a
-    single daemon thread (:class:`_Clock`), so many engines in one process cost one wake-up
-    per tick, not one each.
-    """
-
-    def __init__(self, engine: wasmtime.Engine, interval_s: float) -> None:
-        self.interval_s = interval_s
-        self._stopped = False
-        self._token = _Clock.start(interval_s, engine)
-
-    def ticks_for(self, timeout_s: float) -> int:
-        """Deadline ticks that give at least ``timeout_s``."""
-        return max(1, math.ceil(timeout_s / self.interval_s)) + 1
-
-    def stop(self) -> None:
-        """Stop ticking (idempotent; safe from a finalizer on any thread: it takes no lock)."""
-        if not self._stopped:
-            self._stopped = True
-            _Clock.stop(self.interval_s, self._token)
-
-
-class _Clock:
-    """One daemon thread per tick interval, advancing the epoch of each registered engine.
-
-    :meth:`stop` runs from engines' finalizers, which the garbage collector may run on any
-    thread at any allocation, including one made while a thread holds the lock here. So it
-    takes no lock: it queues the removal (``deque.append`` is atomic), and whoever next holds
-    the lock (the clock thread each tick, or :meth:`start`) applies the queued removals.
-    """
-
-    _lock: ClassVar[threading.Lock] = threading.Lock()
-    _clocks: ClassVar[dict[float, _Clock]] = {}
-    _removals: ClassVar[collections.deque[tuple[float, int]]] = collections.deque()
-    _tokens: ClassVar[itertools.count[int]] = itertools.count()
-
-    def __init__(self, interval_s: float) -> None:
-        self.interval_s = interval_s
-        self.engines: dict[int, wasmtime.Engine] = {}
-        self.thread = threading.Thread(target=self._run, name="wasm-epoch", daemon=True)
-
-    @classmethod
-    def start(cls, interval_s: float, engine: wasmtime.Engine) -> int:
-        """Register ``engine`` with the clock of ``interval_s``; the token to stop it with."""
-        token = next(cls._tokens)
-        with cls._lock:
-            cls._apply_removals()
-            clock = cls._clocks.get(interval_s)
-            if clock is None:
-                clock = cls._clocks[interval_s] = _Clock(interval_s)
-                clock.engines[token] = engine
-                clock.thread.start()
-            else:
-                clock.engines[token] = engine
-        return token
-
-    @classmethod
-    def stop(cls, interval_s: float, token: int) -> None:
-        """Queue the removal of one registration; applied under the lock by its next holder."""
-        cls._removals.append((interval_s, token))
-
-    @classmethod
-    def _apply_removals(cls) -> None:
-        # Called with the lock held. A clock left with no engine is retired: its thread sees
-        # it is no longer the interval's clock and ends.
-        while cls._removals:
-            interval_s, token = cls._removals.popleft()
-            clock = cls._clocks.get(interval_s)
-            if clock is not None:
-                clock.engines.pop(token, None)
-                if not clock.engines:
-                    del cls._clocks[interval_s]
-
-    def _run(self) -> None:
-        while True:
-            time.sleep(self.interval_s)
-            with self._lock:
-                self._apply_removals()
-                if self._clocks.get(self.interval_s) is not self:
-                    return
-                engines = list(self.engines.values())
-            for engine in engines:
-                engine.increment_epoch()

@@ -31,7 +31,7 @@ from gateway.policy import (
     OpaRestEngineSync,
     PolicyAuthorizer,
     PolicyEngine,
-    _wasm_abi,
+    _epoch,
 )
 from gateway.server import Authenticator, Gateway, GatewayApp, GatewayMetrics
 from gateway.service._config import ApiKey, AuthConfig
@@ -239,13 +239,6 @@ async def test_a_closed_embedded_engine_is_unavailable() -> None:
         engine.evaluate_sync(DECISION, fast_document())
 
 
-def _ticked(wasm_engine: object, interval_s: float) -> bool:
-    with _wasm_abi._Clock._lock:
-        _wasm_abi._Clock._apply_removals()
-        clock = _wasm_abi._Clock._clocks.get(interval_s)
-        return clock is not None and any(e is wasm_engine for e in clock.engines.values())
-
-
 def _returns(action: Callable[[], object]) -> bool:
     # A deadlock detector, not a timing assertion: the action takes microseconds when it
     # does not block, and blocks forever when it does.
@@ -257,13 +250,13 @@ def _returns(action: Callable[[], object]) -> bool:
 
 def test_stopping_a_ticker_while_its_clock_lock_is_held_does_not_block() -> None:
     # An engine's finalizer stops its ticker, and the garbage collector may run it at any
-    # allocation, including one the clock thread or a starting engine makes under the lock.
-    wasm_engine = _wasm_abi.new_engine()
-    ticker = _wasm_abi.EpochTicker(wasm_engine, 0.0125)
-    assert _ticked(wasm_engine, 0.0125)
-    with _wasm_abi._Clock._lock:
+    # allocation, including one a thread starting an engine makes under the lock.
+    ticker = _epoch.EpochTicker(0.0125)
+    assert ticker.ticking
+    with _epoch._Clock._lock:
         assert _returns(ticker.stop)
-    assert not _ticked(wasm_engine, 0.0125)
+    # Queued while the lock was held; the next use of the clock applies it.
+    assert not ticker.ticking
 
 
 def test_an_engine_collected_under_the_clock_lock_does_not_deadlock_the_next_engine() -> None:
@@ -274,7 +267,7 @@ def test_an_engine_collected_under_the_clock_lock_does_not_deadlock_the_next_eng
     cycle.append(cycle)
 
     def collect_under_lock() -> None:
-        with _wasm_abi._Clock._lock:
+        with _epoch._Clock._lock:
             gc.collect()
 
     del engine, cycle
@@ -285,10 +278,11 @@ def test_an_engine_collected_under_the_clock_lock_does_not_deadlock_the_next_eng
 
 
 async def test_an_embedded_engine_that_is_collected_stops_its_deadline_clock() -> None:
-    engine = embedded_engine(inline_bytes=0, threads=1)
+    # A tick interval no other engine here uses: its clock stops with this engine.
+    engine = embedded_engine(inline_bytes=0, threads=1, tick_s=0.00625)
     await engine.evaluate(DECISION, fast_document())
-    wasm_engine, interval = engine._engine, engine._ticker.interval_s
-    assert _ticked(wasm_engine, interval)
+    ticker = engine._ticker
+    assert ticker.ticking
     # The worker thread lets go of the finished job (and so of the engine) only after the
     # caller has its answer; the next job on that one worker runs after it has.
     await asyncio.wrap_future(engine._threads.submit(lambda: None))
@@ -296,17 +290,18 @@ async def test_an_embedded_engine_that_is_collected_stops_its_deadline_clock() -
     del engine
     gc.collect()
     assert gone() is None
-    assert not _ticked(wasm_engine, interval)
+    assert not ticker.ticking
 
 
-def test_engines_of_one_tick_interval_share_one_clock_thread() -> None:
-    def clocks() -> int:
+def test_engines_of_one_tick_interval_share_one_engine_and_one_clock() -> None:
+    def clock_threads() -> int:
         return sum(1 for t in threading.enumerate() if t.name == "wasm-epoch" and t.is_alive())
 
-    before = clocks()
+    before = clock_threads()
     engines = [embedded_engine() for _ in range(12)]
     try:
-        assert clocks() <= before + 1
+        assert len({id(engine._engine) for engine in engines}) == 1
+        assert clock_threads() <= before + 1
     finally:
         for engine in engines:
             engine.close()

@@ -24,6 +24,7 @@ from gateway.policy import (
     InputDocument,
     PolicyAuthorizer,
     PolicyLoadError,
+    _epoch,
     _wasm_abi,
     caller_context,
 )
@@ -183,7 +184,7 @@ def test_memory_grown_by_an_evaluation_is_read_whole_by_it_and_the_next(
 
 
 def test_linear_memory_grows_in_place() -> None:
-    engine = _wasm_abi.new_engine()
+    engine = _epoch.new_engine()
     store = wasmtime.Store(engine)
     limits = wasmtime.Limits(1, 1024)
     memory = wasmtime.Memory(store, wasmtime.MemoryType(limits))

@@ -25,6 +25,7 @@ from gateway.policy import (
     EngineTimeoutError,
     InputDocument,
     _wasm,
+    _epoch,
     _wasm_abi,
 )
 from gateway.policy._bundle import Bundle
@@ -167,7 +168,7 @@ def test_after_a_failed_evaluation_the_next_sees_its_own_definition(members: Bun
 def test_what_an_instance_keeps_is_bounded_and_every_answer_stays_right(
     members: Bundle,
 ) -> None:
-    engine = _wasm_abi.new_engine()
+    engine = _epoch.new_engine()
     policy = _wasm_abi.compile_policy(engine, members.wasm, members.data, memory_limit=2 << 20)
     instance = _wasm_abi.PolicyInstance(policy)
     entrypoint = policy.entrypoints["members/echo"]
