@@ -31,6 +31,8 @@ from gateway.mcp._wire import INVALID_REQUEST, MESSAGE_SCOPE_KEY, WireError, rea
 
 #: The largest accepted line (one message), in bytes.
 DEFAULT_MAX_LINE_BYTES: Final = 2 * 1024 * 1024
+#: How long the messages already handed over may take to write once stdin has ended (s).
+DRAIN_S: Final = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,10 +88,13 @@ async def pump(
     *,
     context: Mapping[str, Any],
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    drain_s: float = DRAIN_S,
 ) -> None:
     """Move messages between the byte streams and the server's streams until stdin ends.
 
     ``context`` is put in every message's scope (the caller context of the stdio launcher).
+    Once stdin ends, the messages the server has handed over are still written, whole, for
+    at most ``drain_s``.
     """
     # The reader's error lines and the writer's messages never interleave. An asyncio lock,
     # not anyio's: anyio's yields to the loop on every acquire (about 10 us per message
@@ -125,16 +130,40 @@ async def pump(
                 metadata = ServerMessageMetadata(request_context=StdioRequest(scope))
                 await read_writer.send(SessionMessage(parsed, metadata=metadata))
 
-    async def writer() -> None:
-        async with write_reader:
-            async for outgoing in write_reader:
-                data = outgoing.message.model_dump_json(by_alias=True, exclude_unset=True)
-                await write(data.encode() + b"\n")
+    # A message the writer has taken from the server and not written yet.
+    taken: list[SessionMessage] = []
+    writing = anyio.CancelScope()
 
-    async with anyio.create_task_group() as group:
+    def encoded(outgoing: SessionMessage) -> bytes:
+        return outgoing.message.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n"
+
+    async def writer() -> None:
+        with writing:
+            async for outgoing in write_reader:
+                taken.append(outgoing)
+                async with lock:
+                    await stdout.send(encoded(outgoing))
+                taken.clear()
+
+    async with write_reader, anyio.create_task_group() as group:
         group.start_soon(writer)
         await reader()
-        group.cancel_scope.cancel()
+        # stdin ended. The writer stops between two messages, never inside one: the lock
+        # is taken once the line being written is whole. What the server has handed over
+        # already is written after it, for at most drain_s (a client that closed stdin may
+        # still read stdout; one that reads nothing cannot hold the gateway up longer).
+        with anyio.move_on_after(drain_s):
+            async with lock:
+                writing.cancel()
+                while True:
+                    if not taken:
+                        try:
+                            taken.append(write_reader.receive_nowait())
+                        except (anyio.WouldBlock, anyio.EndOfStream):
+                            break
+                    await stdout.send(encoded(taken[0]))
+                    taken.clear()
+        writing.cancel()
 
 
 class FdReceiveStream(anyio.abc.ByteReceiveStream):

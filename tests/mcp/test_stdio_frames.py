@@ -257,3 +257,80 @@ def test_an_error_line_waits_for_a_message_whose_write_is_under_way() -> None:
     answers = [json.loads(line) for line in lines]
     assert [answer.get("id") for answer in answers] == [7, None]
     assert answers[1]["error"]["code"] == -32700
+
+
+class _EndsMidWrite(anyio.abc.ByteReceiveStream):
+    """stdin that ends (nothing sent) once a write to stdout is half way."""
+
+    def __init__(self, gate: anyio.Event) -> None:
+        self._gate = gate
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        await self._gate.wait()
+        raise anyio.EndOfStream
+
+    async def aclose(self) -> None:
+        return None
+
+
+class _NeverDrains(anyio.abc.ByteSendStream):
+    """stdout nobody reads: every write blocks for good."""
+
+    async def send(self, item: bytes) -> None:
+        await anyio.sleep_forever()
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _answer(number: int) -> SessionMessage:
+    return SessionMessage(
+        types.JSONRPCResponse(jsonrpc="2.0", id=number, result={"n": "x" * 64 * number})
+    )
+
+
+def test_the_end_of_stdin_never_cuts_a_message_short_and_writes_those_handed_over() -> None:
+    # A client may close stdin and go on reading stdout: the message being written when
+    # stdin ends is finished, and those the server already handed over follow it, whole.
+    async def serve() -> bytes:
+        mid_write = anyio.Event()
+        stdout = _FullPipe(mid_write)
+        read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](
+            math.inf
+        )
+        write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](8)
+        async with read_stream, write_stream:
+            for number in (1, 2, 3):
+                await write_stream.send(_answer(number))
+            await pump(_EndsMidWrite(mid_write), stdout, read_writer, write_reader, context={})
+        return bytes(stdout.data)
+
+    lines = anyio.run(serve).split(b"\n")
+
+    assert lines.pop() == b""
+    assert [json.loads(line)["id"] for line in lines] == [1, 2, 3]
+
+
+def test_a_client_that_reads_nothing_holds_the_end_of_stdin_up_for_drain_s_at_most() -> None:
+    async def serve() -> bool:
+        read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](
+            math.inf
+        )
+        write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](8)
+        ended = anyio.Event()
+        ended.set()
+        async with read_stream, write_stream:
+            await write_stream.send(_answer(1))
+            # drain_s is the bound under test: a generous outer limit only catches a hang.
+            with anyio.move_on_after(30) as outer:
+                await pump(
+                    _EndsMidWrite(ended),
+                    _NeverDrains(),
+                    read_writer,
+                    write_reader,
+                    context={},
+                    drain_s=0.05,
+                )
+        return not outer.cancelled_caught
+
+    assert anyio.run(serve)
