@@ -216,7 +216,11 @@ class _Interval:
         self.interval_s = interval_s
         self.native = native
         self.engine = new_engine()
-        _KEPT.append(self.engine)  # never freed: a native timer calls into it
+        # Never freed: a native timer calls into it. The list alone is not enough, since
+        # the interpreter clears module globals as it exits while a timer may still fire;
+        # the extra reference outlives that.
+        _KEPT.append(self.engine)
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(self.engine))
         self.tokens: set[int] = set()
         self.driver: _Driver = self._driver()
 

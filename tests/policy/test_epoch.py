@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import platform
+import subprocess
 import sys
 import threading
 import time
@@ -218,3 +219,17 @@ def test_deadline_ticks_always_cover_the_timeout(interval: float, timeout: float
 class _Fixed:
     def __init__(self, interval_s: float) -> None:
         self.interval_s = interval_s
+
+
+def test_a_process_that_exits_with_its_clock_ticking_exits_cleanly() -> None:
+    # The interpreter tears its modules down as it exits while the clock may still fire
+    # into the engine (every 0.1 ms here): the engine must outlive that.
+    script = (
+        "import time\n"
+        "from gateway.policy import _epoch\n"
+        "ticker = _epoch.EpochTicker(0.0001)\n"
+        "time.sleep(0.02)\n"
+    )
+    for _ in range(8):
+        done = subprocess.run([sys.executable, "-c", script], check=False, timeout=60)
+        assert done.returncode == 0
