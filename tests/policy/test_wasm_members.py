@@ -24,8 +24,8 @@ from gateway.policy import (
     EngineError,
     EngineTimeoutError,
     InputDocument,
-    _wasm,
     _epoch,
+    _wasm,
     _wasm_abi,
 )
 from gateway.policy._bundle import Bundle
