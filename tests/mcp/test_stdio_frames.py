@@ -228,27 +228,38 @@ class _FullPipe(anyio.abc.ByteSendStream):
         return None
 
 
+async def _pump_with(
+    stdin: anyio.abc.ByteReceiveStream,
+    stdout: anyio.abc.ByteSendStream,
+    handed_over: list[SessionMessage],
+    **options: Any,
+) -> None:
+    # The pump between these byte streams, with the server's answers already handed over.
+    read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](
+        math.inf
+    )
+    write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](8)
+    async with read_stream, write_stream:
+        for message in handed_over:
+            await write_stream.send(message)
+        await pump(stdin, stdout, read_writer, write_reader, context={}, **options)
+
+
+def _answer(number: int) -> SessionMessage:
+    return SessionMessage(
+        types.JSONRPCResponse(jsonrpc="2.0", id=number, result={"n": "x" * 64 * number})
+    )
+
+
 def test_an_error_line_waits_for_a_message_whose_write_is_under_way() -> None:
     # The reader answers a bad line itself while the writer may be part way through a
     # message on a full pipe: each line must still reach stdout whole.
     async def serve() -> bytes:
         mid_write = anyio.Event()
         stdout = _FullPipe(mid_write)
-        read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](
-            math.inf
+        await _pump_with(
+            _GatedChunks(b"not json\n", mid_write), stdout, [_answer(7)], max_line_bytes=LIMIT
         )
-        write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](1)
-        answer = types.JSONRPCResponse(jsonrpc="2.0", id=7, result={"content": [], "n": "x" * 64})
-        async with read_stream, write_stream:
-            await write_stream.send(SessionMessage(answer))
-            await pump(
-                _GatedChunks(b"not json\n", mid_write),
-                stdout,
-                read_writer,
-                write_reader,
-                context={},
-                max_line_bytes=LIMIT,
-            )
         return bytes(stdout.data)
 
     lines = anyio.run(serve).split(b"\n")
@@ -283,26 +294,13 @@ class _NeverDrains(anyio.abc.ByteSendStream):
         return None
 
 
-def _answer(number: int) -> SessionMessage:
-    return SessionMessage(
-        types.JSONRPCResponse(jsonrpc="2.0", id=number, result={"n": "x" * 64 * number})
-    )
-
-
 def test_the_end_of_stdin_never_cuts_a_message_short_and_writes_those_handed_over() -> None:
     # A client may close stdin and go on reading stdout: the message being written when
     # stdin ends is finished, and those the server already handed over follow it, whole.
     async def serve() -> bytes:
         mid_write = anyio.Event()
         stdout = _FullPipe(mid_write)
-        read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](
-            math.inf
-        )
-        write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](8)
-        async with read_stream, write_stream:
-            for number in (1, 2, 3):
-                await write_stream.send(_answer(number))
-            await pump(_EndsMidWrite(mid_write), stdout, read_writer, write_reader, context={})
+        await _pump_with(_EndsMidWrite(mid_write), stdout, [_answer(n) for n in (1, 2, 3)])
         return bytes(stdout.data)
 
     lines = anyio.run(serve).split(b"\n")
@@ -313,24 +311,11 @@ def test_the_end_of_stdin_never_cuts_a_message_short_and_writes_those_handed_ove
 
 def test_a_client_that_reads_nothing_holds_the_end_of_stdin_up_for_drain_s_at_most() -> None:
     async def serve() -> bool:
-        read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](
-            math.inf
-        )
-        write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](8)
         ended = anyio.Event()
         ended.set()
-        async with read_stream, write_stream:
-            await write_stream.send(_answer(1))
-            # drain_s is the bound under test: a generous outer limit only catches a hang.
-            with anyio.move_on_after(30) as outer:
-                await pump(
-                    _EndsMidWrite(ended),
-                    _NeverDrains(),
-                    read_writer,
-                    write_reader,
-                    context={},
-                    drain_s=0.05,
-                )
+        # drain_s is the bound under test: a generous outer limit only catches a hang.
+        with anyio.move_on_after(30) as outer:
+            await _pump_with(_EndsMidWrite(ended), _NeverDrains(), [_answer(1)], drain_s=0.05)
         return not outer.cancelled_caught
 
     assert anyio.run(serve)

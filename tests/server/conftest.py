@@ -24,7 +24,7 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -275,6 +275,20 @@ def shipped_service_config(folder: Path) -> dict[str, Any]:
         },
         "tools": {"modules": ["examples.example_tools:TOOLS"]},
     }
+
+
+@contextlib.asynccontextmanager
+async def served_client(
+    service: Service, headers: Mapping[str, str] | None = None
+) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of ``service``'s app in process, inside its lifespan (started, then closed)."""
+    starlette = service.app.app
+    async with starlette.router.lifespan_context(starlette):
+        transport = httpx.ASGITransport(app=service.app)
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://gateway", headers=headers
+        ) as client:
+            yield client
 
 
 def gateway_toml(

@@ -11,7 +11,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from gateway import Authorization, ToolDefinition
@@ -19,7 +18,14 @@ from gateway.policy import EmbeddedEngine, InputDocument, _epoch, build_bundle, 
 from gateway.server import ConfigError, build_service, parse_config
 from gateway.service._builder import build_engine
 from gateway.testing import write_rsa_key_pair
-from tests.server.conftest import ALICE, BUNDLE, POLICIES, REPO_ROOT, shipped_service_config
+from tests.server.conftest import (
+    ALICE,
+    BUNDLE,
+    POLICIES,
+    REPO_ROOT,
+    served_client,
+    shipped_service_config,
+)
 
 ADD = ToolDefinition(
     "add",
@@ -169,19 +175,14 @@ async def test_a_serving_process_runs_no_python_thread_that_wakes_by_itself(
     config = shipped_service_config(tmp_path)
     config["audit"]["fsync"] = "batch"
     service = build_service(parse_config(config, base=REPO_ROOT))
-    starlette = service.app.app
-    async with starlette.router.lifespan_context(starlette):
-        transport = httpx.ASGITransport(app=service.app)
-        async with httpx.AsyncClient(
-            transport=transport, base_url="http://gateway", headers={"X-API-Key": ALICE}
-        ) as client:
-            answer = await client.post(
-                "/v1/calls", json={"id": "1", "name": "add", "arguments": {"a": 1, "b": 2}}
-            )
-            assert answer.json()["status"] == "ok"
-            started = {
-                t.name
-                for t in threading.enumerate()
-                if t not in before and not t.name.startswith("asyncio_")
-            }
+    async with served_client(service, {"X-API-Key": ALICE}) as client:
+        answer = await client.post(
+            "/v1/calls", json={"id": "1", "name": "add", "arguments": {"a": 1, "b": 2}}
+        )
+        assert answer.json()["status"] == "ok"
+        started = {
+            t.name
+            for t in threading.enumerate()
+            if t not in before and not t.name.startswith("asyncio_")
+        }
     assert started == {"gateway-audit"}

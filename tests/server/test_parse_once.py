@@ -25,7 +25,7 @@ from gateway.server import build_service
 from gateway.service import parse_config
 from gateway.testing import JsonWork
 from tests.helpers import json_values
-from tests.server.conftest import ALICE, REPO_ROOT, shipped_service_config
+from tests.server.conftest import ALICE, REPO_ROOT, served_client, shipped_service_config
 
 #: What a whole allowed call (fresh arguments: a cache miss) costs at most: one strict parse
 #: of the body and one canonical encoding of its arguments (the surface); admission, the
@@ -38,13 +38,8 @@ MAX_ENCODINGS_PER_CALL: Final = 1
 @pytest.fixture
 async def http(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
     service = build_service(parse_config(shipped_service_config(tmp_path), base=REPO_ROOT))
-    starlette = service.app.app
-    async with starlette.router.lifespan_context(starlette):
-        transport = httpx.ASGITransport(app=service.app)
-        async with httpx.AsyncClient(
-            transport=transport, base_url="http://gateway", headers={"X-API-Key": ALICE}
-        ) as client:
-            yield client
+    async with served_client(service, {"X-API-Key": ALICE}) as client:
+        yield client
 
 
 async def _call(http: httpx.AsyncClient, arguments: object) -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from gateway.server import build_service
 from gateway.service import parse_config
-from tests.server.conftest import REPO_ROOT
+from tests.server.conftest import REPO_ROOT, served_client
 
 BUNDLE: Final = REPO_ROOT / "bundles" / "policies.tar.gz"
 ALICE: Final = "alice-test-key-0123456789"
@@ -40,11 +40,8 @@ def _config(folder: Path) -> dict[str, Any]:
 @pytest.fixture
 async def http(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
     service = build_service(parse_config(_config(tmp_path), base=REPO_ROOT))
-    starlette = service.app.app
-    async with starlette.router.lifespan_context(starlette):
-        transport = httpx.ASGITransport(app=service.app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
-            yield client
+    async with served_client(service) as client:
+        yield client
 
 
 async def _call(
