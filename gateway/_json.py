@@ -314,8 +314,10 @@ def parse(raw: bytes, *, max_depth: int = DEFAULT_MAX_DEPTH) -> JSONValue:
     return value
 
 
-def _encode_string(text: str) -> str:
-    return json.dumps(text, ensure_ascii=False)
+# A string's JSON form as ``json.dumps(text, ensure_ascii=False)`` writes it, called directly:
+# ``dumps`` with a non-default option builds a new encoder for every string (measured here:
+# 1.4 us against 0.1 us a string, and an argument document has a string for every key).
+_encode_string: Final[Callable[[str], str]] = json.encoder.encode_basestring
 
 
 _SCALARS: Final = {None: "null", True: "true", False: "false"}

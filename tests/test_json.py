@@ -273,6 +273,39 @@ def _nested_list(depth: int) -> list[Any]:
     return value
 
 
+# Every code point, lone surrogates included (which no UTF-8 document holds, but a Python
+# caller's value may).
+_ANY_TEXT = st.text(st.characters(min_codepoint=0, max_codepoint=0x10FFFF, exclude_categories=()))
+
+
+@given(text=_ANY_TEXT)
+@example(text='"\\/\b\f\n\r\t\x00\x1f\x7f\u2028\u2029\ud800\udfff\U0010ffff')
+def test_property_a_string_encodes_as_json_dumps_writes_it(text: str) -> None:
+    assert _json._encode_string(text) == json.dumps(text, ensure_ascii=False)
+
+
+def _reference_canonical(value: Any) -> str:
+    # canonical() as first written: json.dumps for every string, Python for the rest.
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, int | Decimal):
+        return str(value)
+    if isinstance(value, list):
+        return "[" + ",".join(_reference_canonical(item) for item in value) + "]"
+    members = (
+        f"{json.dumps(key, ensure_ascii=False)}:{_reference_canonical(value[key])}"
+        for key in sorted(value)
+    )
+    return "{" + ",".join(members) + "}"
+
+
+@given(value=json_values())
+def test_property_canonical_is_the_reference_encoding(value: Any) -> None:
+    assert canonical(value) == _reference_canonical(value).encode("utf-8")
+
+
 # --- property: canonical JSON is invariant under member order and white space -------------
 
 _TEXT = json_text(max_size=8)

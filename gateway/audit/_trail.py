@@ -105,14 +105,30 @@ def _recordable(value: Any) -> Any:
 
 
 _FROM_TIMESTAMP: Final = datetime.datetime.fromtimestamp
+_MODF: Final = math.modf
+# The whole second last formatted, and its "YYYY-MM-DDTHH:MM:SS": records come many to a
+# second. One tuple, replaced whole, so that a thread never pairs a second with another's text.
+_last_second: tuple[int, str] = (0, "1970-01-01T00:00:00")
 
 
 def _utc(now: float) -> str:
-    # isoformat(timespec="microseconds") spelled with the argument-free isoformat() (measured
-    # 1.8 us against 2.6 us), which leaves out the fraction of a whole second only.
-    moment = _FROM_TIMESTAMP(now, datetime.UTC)
-    text = moment.isoformat()
-    return text if moment.microsecond else f"{text[:19]}.000000{text[19:]}"
+    # What datetime.fromtimestamp(now, UTC).isoformat(timespec="microseconds") writes
+    # (measured 1.2 us against 0.6 us here). The microseconds are rounded as fromtimestamp
+    # rounds them (half to even, carried into the second); the date and time of the whole
+    # second are formatted once per second. A test holds the two to each other.
+    global _last_second  # noqa: PLW0603 - a memo of one entry, replaced atomically
+    fraction, whole = _MODF(now)
+    micro = round(fraction * 1e6)
+    if micro >= 1_000_000:
+        whole, micro = whole + 1.0, micro - 1_000_000
+    elif micro < 0:
+        whole, micro = whole - 1.0, micro + 1_000_000
+    second = int(whole)
+    last = _last_second
+    if last[0] != second:
+        last = (second, _FROM_TIMESTAMP(second, datetime.UTC).isoformat()[:19])
+        _last_second = last
+    return f"{last[1]}.{micro:06d}+00:00"
 
 
 class AuditTrail:

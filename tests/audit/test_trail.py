@@ -12,10 +12,10 @@ import time
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gateway import (
@@ -876,16 +876,33 @@ def test_a_remembered_masked_context_is_the_one_masked_afresh(
             assert secrets == expected_secrets
 
 
+# Whole seconds, and the fractions where rounding to microseconds carries or ties.
+_EDGE_FRACTIONS: Final = (0.0, 0.5e-6, 1.5e-6, 0.4999995, 0.9999995, 0.9999999, -0.5e-6)
+
+
 @given(
     now=st.one_of(
-        st.floats(min_value=0, max_value=4e9, allow_nan=False),
-        st.integers(min_value=0, max_value=4_000_000_000).map(float),
-    )
+        st.floats(min_value=-2e9, max_value=4e9, allow_nan=False),
+        st.integers(min_value=-2_000_000_000, max_value=4_000_000_000).map(float),
+        st.builds(
+            lambda whole, fraction: whole + fraction,
+            st.integers(min_value=-2_000_000_000, max_value=4_000_000_000),
+            st.sampled_from(_EDGE_FRACTIONS),
+        ),
+    ),
+    later=st.floats(min_value=0, max_value=2.5),
 )
-def test_record_times_are_iso_8601_with_microseconds_always(now: float) -> None:
+@example(now=1_700_000_000.9999995, later=0.0)
+@example(now=-0.5e-6, later=0.0)
+def test_record_times_are_iso_8601_with_microseconds_always(now: float, later: float) -> None:
     import datetime
 
     from gateway.audit._trail import _utc
 
-    expected = datetime.datetime.fromtimestamp(now, datetime.UTC).isoformat(timespec="microseconds")
-    assert _utc(now) == expected
+    # The second is remembered from one call to the next: a time in the same second, in
+    # the next ones, and the first again must each read as datetime writes them.
+    for moment in (now, now + later, now):
+        expected = datetime.datetime.fromtimestamp(moment, datetime.UTC).isoformat(
+            timespec="microseconds"
+        )
+        assert _utc(moment) == expected
