@@ -14,6 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
+from starlette._utils import get_route_path
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -25,11 +26,12 @@ from gateway._call import ToolCall, admitted_call
 from gateway._numerals import ascii_digits
 from gateway._output import MediaContent, TextContent, ToolOutput
 from gateway.approvals import ApprovalDesk
-from gateway.policy import EMPTY_CONTEXT, CallerContext, ToolVisibility
+from gateway.policy import CallerContext, ToolVisibility
 from gateway.server._approvals import ApprovalsApi, approval_url, is_approval_path
 from gateway.server._authzen import AuthzenApi, is_authzen_path
 from gateway.server._openapi import openapi_document
 from gateway.service import (
+    AUTHENTICATION_REQUIRED,
     CALLER_SCOPE_KEY,
     AccessLog,
     AuthenticationMiddleware,
@@ -47,6 +49,11 @@ from gateway.service import (
 _LOG: Final = logging.getLogger("gateway.server")
 #: The authenticated routes, by path, and their metrics label.
 _ROUTES: Final = {"/v1/tools": "tools", "/v1/calls": "calls"}
+# The bytes JSONResponse would send (compact, UTF-8, no NaN), from one encoder: json.dumps
+# with these options would build a new one for every response.
+_RESPONSE_ENCODER: Final = json.JSONEncoder(
+    ensure_ascii=False, allow_nan=False, separators=(",", ":")
+)
 #: The request header naming the caller's session (its state is the caller's own).
 SESSION_HEADER: Final = "x-gateway-session"
 
@@ -179,13 +186,15 @@ class GatewayApp:
             self._asgi = AccessLog(self._asgi)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if self._console is not None and self._console.handles(scope.get("path")):
+        # Each part is found by the path as the router matches it (without a root path).
+        path = get_route_path(scope) if "path" in scope else None
+        if self._console is not None and self._console.handles(path):
             await self._console(scope, receive, send)
             return
-        if self._authzen is not None and is_authzen_path(scope.get("path")):
+        if self._authzen is not None and is_authzen_path(path):
             await self._authzen(scope, receive, send)
             return
-        if self._approvals is not None and is_approval_path(scope.get("path")):
+        if self._approvals is not None and is_approval_path(path):
             await self._approvals(scope, receive, send)
             return
         await self._asgi(scope, receive, send)
@@ -204,7 +213,7 @@ class GatewayApp:
         await self.app(scope, receive, send)
 
     def _count_refusal(self, scope: Any) -> None:
-        self._count(_ROUTES.get(scope.get("path"), "other"), 401)
+        self._count(_ROUTES.get(get_route_path(scope), "other"), 401)
 
     @staticmethod
     def _request_id(request: Request) -> str:
@@ -212,9 +221,11 @@ class GatewayApp:
         return request_id_in(request.scope) or request_id_of({})
 
     @staticmethod
-    def _caller(request: Request) -> CallerContext:
+    def _caller(request: Request) -> CallerContext | None:
+        # Set by the authentication middleware alone; None: the request was not
+        # authenticated, and is refused rather than served as an empty context.
         caller = request.scope.get(CALLER_SCOPE_KEY)
-        return caller if isinstance(caller, CallerContext) else EMPTY_CONTEXT
+        return caller if isinstance(caller, CallerContext) else None
 
     def _count(self, route: str, status: int) -> None:
         # The counter's child per (route, status), bound once: no label lookup per request.
@@ -238,9 +249,13 @@ class GatewayApp:
         shows this caller (fail closed); the call-time decision still decides every call.
         """
         request_id = self._request_id(request)
+        caller = self._caller(request)
+        if caller is None:
+            body = error_body("unauthenticated", AUTHENTICATION_REQUIRED, request_id=request_id)
+            return self._respond("tools", 401, body, request_id)
         definitions = self._gateway.definitions()
         if self._visibility is not None:
-            definitions = await self._visibility.visible(definitions, self._caller(request))
+            definitions = await self._visibility.visible(definitions, caller)
         tools = [
             {"name": d.name, "description": d.description, "input_schema": d.input_schema}
             for d in definitions
@@ -288,11 +303,16 @@ class GatewayApp:
             await self._error(send, 400, "malformed_request", parsed, request_id)
             return
         caller = scope.get(CALLER_SCOPE_KEY)
+        if not isinstance(caller, CallerContext):
+            # Only the authentication middleware sets the caller: a call that reached this
+            # handler without it is refused, never decided for an empty context.
+            await self._error(send, 401, "unauthenticated", AUTHENTICATION_REQUIRED, request_id)
+            return
         # The caller's session (gateway.state), from the transport, bound to the caller by
         # the pipeline; never from the model's arguments.
         result = await self._gateway.call(
             parsed,
-            caller=caller if isinstance(caller, CallerContext) else EMPTY_CONTEXT,
+            caller=caller,
             request_id=request_id,
             session=session,
         )
@@ -333,10 +353,7 @@ class GatewayApp:
         extra: dict[str, str] | None = None,
     ) -> None:
         self._count("calls", status)
-        # The bytes JSONResponse would send: compact, UTF-8, no NaN.
-        content = json.dumps(
-            body, ensure_ascii=False, allow_nan=False, separators=(",", ":")
-        ).encode("utf-8")
+        content = _RESPONSE_ENCODER.encode(body).encode("utf-8")
         headers = [
             (b"x-request-id", request_id.encode("latin-1")),
             (b"content-length", str(len(content)).encode("latin-1")),

@@ -31,6 +31,7 @@ from gateway.service._config import (
 from gateway.service._logs import AccessLog, ServiceLog, StateLog, configure_logging
 from gateway.service._metrics import GatewayMetrics
 from gateway.service._middleware import (
+    AUTHENTICATION_REQUIRED,
     CALLER_SCOPE_KEY,
     PRINCIPAL_SCOPE_KEY,
     REQUEST_ID_SCOPE_KEY,
@@ -59,6 +60,7 @@ from gateway.service._tracing import (
 )
 
 __all__ = [
+    "AUTHENTICATION_REQUIRED",
     "CALLER_SCOPE_KEY",
     "ERRORS",
     "PRINCIPAL_SCOPE_KEY",

@@ -19,6 +19,7 @@ import re
 from collections.abc import Callable, Collection, Mapping
 from typing import Any, Final
 
+from starlette._utils import get_route_path
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -106,7 +107,8 @@ class AuthenticationMiddleware:
     Args:
         app: the application behind it.
         authenticator: turns request headers into an identity, or refuses.
-        paths: when given, only requests to exactly these paths are authenticated; the
+        paths: when given, only requests to exactly these paths are authenticated (each
+            path as the router matches it: without the scope's root path); the
             others pass through with only the request id set. ``None``: every request.
         on_refusal: called with the scope of every request refused 401.
         new_id: makes a request id where the caller sent none that fits.
@@ -138,7 +140,10 @@ class AuthenticationMiddleware:
         headers = Headers(scope=scope)
         request_id = request_id_of(headers, new_id=self._new_id)
         resource = self._auth.resource_server
-        if resource is not None and scope.get("path") in resource.metadata_paths:
+        # The path as the router matches it: under a root path (a mount, a proxy's prefix)
+        # the request path carries the prefix, which the router strips before matching.
+        path = get_route_path(scope)
+        if resource is not None and path in resource.metadata_paths:
             # RFC 9728: the protected resource metadata, for anyone (it is how a client
             # that got a 401 finds the authorization server).
             metadata = Response(
@@ -148,7 +153,7 @@ class AuthenticationMiddleware:
             )
             await metadata(scope, receive, send)
             return
-        if self._paths is not None and scope.get("path") not in self._paths:
+        if self._paths is not None and path not in self._paths:
             await self._app({**scope, REQUEST_ID_SCOPE_KEY: request_id}, receive, send)
             return
         try:
