@@ -21,11 +21,26 @@ How a request maps onto a call (the SARC model onto tool calls):
   arguments are then ``{"resource": <the resource>, "action": <action.properties>}``.
   Either way the arguments are admitted exactly as a call's are (strict I-JSON, the tool's
   JSON Schema): a call that would be refused gets ``false``.
-- **context**: accepted and ignored; the policy's context is the caller's.
+- **context**: accepted and ignored; the policy's context is the caller's. An ``approval``
+  member (in a trusted PEP's ``subject.properties`` or the caller's own context) is dropped
+  exactly as the approval gate drops it from a call's context
+  (:data:`gateway.approvals.APPROVAL_MEMBER`): only the gate sets it, so the policy never
+  sees an approval here.
+
+Obligations and approvals (fail closed): ``decision: true`` means the call would run as
+asked, with nothing else to do. AuthZEN's boolean cannot carry an obligation to the PEP, so
+an allow that still carries one after the decision record (which fulfils ``audit``) is
+answered ``false``: code ``approval_required`` when it includes ``require_approval`` (the
+call would wait for a person through ``/v1/calls``: ``approval_pending``, or be refused
+without ``[approvals]``), else ``obligation_unfulfilled`` (``redact_output``,
+``rewrite_arguments``, an unknown type: the call would not run as asked). Evaluation never
+goes through the approval gate: it neither records a pending approval nor uses an approved
+one, so a call needing approval is ``false`` even once an approval for it exists.
 
 A decision is recorded in the audit trail like a call's (the decision record; no outcome:
 nothing runs). The response is ``{"decision": bool, "context": {...}}`` with the decision
-id, the result code and, on a denial, the policy's public message; never its reasons.
+id, the result code and, on a denial, the policy's public message; never its reasons, an
+obligation's contents, or an argument value.
 
 Batches are evaluated item by item through the same authorizer (decision cache, audit,
 argument facts), concurrently for ``execute_all`` and in order for the short-circuiting
@@ -57,6 +72,7 @@ from gateway import _json
 from gateway._authorization import (
     Authorization,
     AuthorizationError,
+    Decision,
     admitted_authorization,
     read_answer,
 )
@@ -65,7 +81,9 @@ from gateway._contract import decoding_of
 from gateway._errors import GatewayError, InvalidInvocationError, MalformedDecisionError
 from gateway._ids import random_hex
 from gateway._numerals import ascii_digits
+from gateway.approvals import APPROVAL_MEMBER
 from gateway.audit import AuditingAuthorizer, AuditScope, AuditTrail, AuditWriteError
+from gateway.obligations import RequireApproval
 from gateway.policy import EMPTY_CONTEXT, CallerContext, caller_context
 from gateway.service import (
     CALLER_SCOPE_KEY,
@@ -89,6 +107,12 @@ SEMANTICS: Final = ("execute_all", "deny_on_first_deny", "permit_on_first_permit
 DEFAULT_MAX_EVALUATIONS: Final = 64
 _MAX_DEPTH: Final = 64
 _MAX_ECHOED_ID: Final = 256
+#: The code of an allow that needs a person's approval first (never ``decision: true``).
+APPROVAL_REQUIRED: Final = "approval_required"
+_APPROVAL_REASON: Final = "the policy requires a person's approval before this call runs"
+_UNFULFILLED_REASON: Final = (
+    "the policy obliges something the PEP cannot be told to do; the call would not run as asked"
+)
 _ROUTE_LABELS: Final = {
     EVALUATION_PATH: "authzen_evaluation",
     EVALUATIONS_PATH: "authzen_evaluations",
@@ -226,6 +250,25 @@ class Answer:
 
 def _refusal(code: ResultCode, reason: str) -> Answer:
     return Answer(False, code.value, reason=reason)
+
+
+def allowed_answer(decision: Decision) -> Answer:
+    """The answer to an allowed ``decision``: ``true`` only when it obliges nothing.
+
+    An obligation left on the decision (the audit trail has already taken its ``audit``
+    fields) is one the PEP cannot be shown to fulfil: ``false``, with a fixed reason.
+    """
+    obligations = decision.obligations
+    if not obligations:
+        return Answer(True, ResultCode.OK.value, decision.decision_id)
+    if any(isinstance(o, RequireApproval) for o in obligations):
+        return Answer(False, APPROVAL_REQUIRED, decision.decision_id, reason=_APPROVAL_REASON)
+    return Answer(
+        False,
+        ResultCode.OBLIGATION_UNFULFILLED.value,
+        decision.decision_id,
+        reason=_UNFULFILLED_REASON,
+    )
 
 
 class AuthzenApi:
@@ -450,6 +493,9 @@ class AuthzenApi:
         context = self._subject(evaluation, caller)
         if isinstance(context, Answer):
             return context
+        # Only the approval gate sets an approval, and it is not asked here: a caller's (or a
+        # PEP's) own is dropped, as the gate drops it from every call's context.
+        context = context.without_member(APPROVAL_MEMBER)
         call = self._call(evaluation)
         if isinstance(call, Answer):
             return call
@@ -493,7 +539,7 @@ class AuthzenApi:
                 False, code.value, reason="no policy decision could be made", status=code.status
             )
         if decision.allowed is True:
-            return Answer(True, ResultCode.OK.value, decision.decision_id)
+            return allowed_answer(decision)
         return Answer(
             False,
             ResultCode.DENIED.value,
