@@ -294,6 +294,8 @@ class Contract:
             raw = b"{}"
         try:
             decoding = _decode(call, raw, state.limits.max_depth)
+            # What the policy is shown is what the tool will read (see check_doubles).
+            _json.check_doubles(decoding.value, raw)
         except _json.StrictJSONError as exc:
             raise InvalidInvocationError.because(
                 f"arguments: value must be one valid RFC 7493 JSON document ({exc})"

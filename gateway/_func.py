@@ -13,8 +13,10 @@ import asyncio
 import dataclasses
 import functools
 import inspect
+import json
 import math
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any, Final, overload
 
 import pydantic
@@ -122,6 +124,88 @@ def _overflow_risk(raw: bytes) -> bool:
     return b"0e" in marked or _DIGIT_RUN in marked
 
 
+# The shortest run of digits an integer beyond 2**53 needs (9007199254740993 has 16).
+_LONG_INTEGER: Final = b"0" * 16
+#: Integers from -(2**53) to 2**53 are each a double exactly.
+_EXACT_INTEGERS: Final = 2**53
+
+
+def _long_integer_risk(raw: bytes) -> bool:
+    # Whether ``raw`` holds 16 digits in a row: only then can an integer no double holds
+    # be in it (most arguments have no such run, and are not walked).
+    if len(raw) < len(_LONG_INTEGER):
+        return False
+    return _LONG_INTEGER in raw.translate(_DIGITS_AND_EXPONENTS)
+
+
+def _rounded_integer(sent: object, decoded: object) -> bool:
+    # Whether an integer of the sent document reaches the decoded arguments as another
+    # number: a float (or Decimal) parameter reads 9007199254740993 as 9007199254740992,
+    # while the policy compared the integer as sent. The sent document (json.loads: its
+    # integers exact) and the decoded value are walked side by side; where their shapes
+    # cannot be paired (a set, a custom type), an integer no double holds counts as rounded.
+    stack = [(sent, decoded)]
+    while stack:
+        exact, read = stack.pop()
+        if isinstance(exact, bool) or exact is None or isinstance(exact, str | float):
+            continue
+        if isinstance(exact, int):
+            # Compared exactly (Python compares an int with a float or a Decimal by value):
+            # an int parameter keeps the integer, a float one only if a double holds it.
+            if abs(exact) > _EXACT_INTEGERS and not (
+                isinstance(read, int | float | Decimal)
+                and not isinstance(read, bool)
+                and read == exact
+            ):
+                return True
+            continue
+        pairs = _paired(exact, read)
+        if pairs is None:
+            if _holds_long_integer(exact):
+                return True
+            continue
+        stack.extend(pairs)
+    return False
+
+
+def _paired(exact: object, read: object) -> list[tuple[object, object]] | None:
+    # The (sent, decoded) pairs one level down, or None where the shapes do not pair.
+    if isinstance(exact, dict):
+        if isinstance(read, pydantic.BaseModel):
+            pairs = []
+            for name, field in type(read).model_fields.items():
+                key = field.alias or name
+                if key in exact:
+                    pairs.append((exact[key], getattr(read, name)))
+            return pairs
+        if dataclasses.is_dataclass(read) and not isinstance(read, type):
+            return [
+                (exact[field.name], getattr(read, field.name))
+                for field in dataclasses.fields(read)
+                if field.name in exact
+            ]
+        if isinstance(read, dict):
+            return [(exact[key], read[key]) for key in exact if key in read]
+        return None
+    if isinstance(exact, list) and isinstance(read, list | tuple) and len(read) == len(exact):
+        return list(zip(exact, read, strict=True))
+    return None
+
+
+def _holds_long_integer(value: object) -> bool:
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, int) and not isinstance(node, bool):
+            if abs(node) > _EXACT_INTEGERS:
+                return True
+        elif isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return False
+
+
 def _non_finite(value: object) -> bool:
     # A number too large for a float decodes to inf where the annotation does not refuse it
     # (Any, object, nested models with their own config); the seed refuses it.
@@ -154,6 +238,10 @@ def _decode(
     # without one in the bytes, the walk over the decoded value is skipped.
     if _overflow_risk(raw) and _non_finite(decoded):
         raise ValueFreeRefusalError("decode: numbers must be finite")
+    if _long_integer_risk(raw) and _rounded_integer(json.loads(raw), decoded):
+        raise ValueFreeRefusalError(
+            "decode: an integer beyond 2**53 would reach the function as another number"
+        )
     return decoded
 
 

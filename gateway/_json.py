@@ -174,6 +174,53 @@ def check_depth(value: JSONValue, max_depth: int) -> None:
     _check_tree(value, max_depth, texts=False)
 
 
+#: Why a number is refused that no double holds as written.
+BEYOND_DOUBLE: Final = (
+    "a number has more precision or magnitude than an IEEE 754 double holds (RFC 7493 2.2)"
+)
+
+
+def is_double_exact(number: Decimal) -> bool:
+    """Whether ``number`` is, as a number, the double nearest to it in its shortest form.
+
+    ``0.1``, ``1.0``, ``1e2`` and ``-0.0`` are; ``1e400`` (no finite double), ``1e-400``
+    (read as 0), ``99.99999999999999999999`` (read as 100) and
+    ``0.1000000000000000055511151231257827`` (the double ``0.1`` exactly, written longer
+    than its shortest form) are not.
+    """
+    nearest = float(number)
+    return math.isfinite(nearest) and Decimal(repr(nearest)) == number
+
+
+def check_doubles(value: JSONValue, raw: bytes) -> None:
+    """Refuse a decoded document holding a number no double holds as written.
+
+    Every tool reads numbers as doubles (a function tool's ``float``, ``Decimal`` and
+    ``Any`` parameters through pydantic, an upstream MCP server through its JSON parser),
+    while the policy compares the exact value: a number the double changes (``1e-400``
+    read as 0, ``99.99999999999999999999`` as 100, ``1e400`` as no number at all) would
+    let a call past a bound it does not meet. Integers are exact in Python and are
+    forwarded as written; only numbers with a fraction or an exponent (decoded as
+    ``Decimal``) are checked. ``raw`` is the document's bytes: without ``.``, ``e`` or
+    ``E`` it holds no such number, and nothing is walked.
+
+    Raises:
+        StrictJSONError: such a number is there (never quoted).
+    """
+    if b"." not in raw and b"e" not in raw and b"E" not in raw:
+        return
+    stack: list[Any] = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Decimal):
+            if not is_double_exact(node):
+                raise StrictJSONError(BEYOND_DOUBLE)
+        elif isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+
+
 def _reject_constant(name: str) -> Any:
     raise StrictJSONError(f"non-finite number {name} is not JSON")
 

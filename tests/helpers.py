@@ -212,6 +212,17 @@ JSON_SCALARS: st.SearchStrategy[object] = (
 )
 
 
+#: JSON scalars as admission takes them: a number with a fraction or an exponent is one a
+#: double holds as written (its shortest form), as every tool reads numbers as doubles.
+ADMISSIBLE_SCALARS: st.SearchStrategy[object] = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False).map(lambda number: Decimal(repr(number)))
+    | json_text()
+)
+
+
 def json_values(leaves: st.SearchStrategy[object] = JSON_SCALARS) -> st.SearchStrategy[object]:
     """Nested JSON values (small lists and objects) over ``leaves``."""
     return st.recursive(
