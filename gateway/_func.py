@@ -20,6 +20,7 @@ from decimal import Decimal
 from typing import Any, Final, overload
 
 import pydantic
+import pydantic.json_schema
 import pydantic_core
 
 from gateway import _formats
@@ -68,9 +69,23 @@ def _arguments_model(fn: Callable[..., Any], name: str) -> type[pydantic.BaseMod
     return model
 
 
+class _DecimalsAsNumbers(pydantic.json_schema.GenerateJsonSchema):
+    # pydantic describes a Decimal parameter as a number or a string, and its decoder reads
+    # a string as a number (" 5 ", "5_0", Arabic-Indic digits): the policy would be shown a
+    # string while the function ran on a number. A Decimal is a JSON number here, so a
+    # string is refused at admission by the schema itself.
+    def decimal_schema(self, schema: pydantic_core.core_schema.DecimalSchema) -> Any:
+        described = super().decimal_schema(schema)
+        if isinstance(described, dict) and isinstance(described.get("anyOf"), list):
+            number = [form for form in described["anyOf"] if form.get("type") == "number"]
+            if len(number) == 1:
+                return number[0]
+        return described
+
+
 def _derive_schema(model: type[pydantic.BaseModel], name: str) -> dict[str, Any]:
     try:
-        schema = model.model_json_schema()
+        schema = model.model_json_schema(schema_generator=_DecimalsAsNumbers)
     except Exception as exc:  # noqa: BLE001 - as above, for types pydantic cannot describe
         raise InvalidToolError.because(f"{name!r}: input schema: {exc}") from None
     schema.pop("title", None)

@@ -161,3 +161,15 @@ async def test_an_integer_a_function_tool_runs_on_is_the_integer_sent() -> None:
     guarded = bind(Guard(tool=transfer, authorizer=StaticAuthorizer(True)))
     output = await guarded.call(guarded.prepare(ToolCall("1", "transfer", json.dumps(arguments))))
     assert output.text() == f"{BIG} 0.25 [{BIG}, 1]"
+
+
+@pytest.mark.parametrize("text", ["5", " 5 ", "5_0", "\u0661\u0660\u0660", "1e400"])
+def test_a_decimal_parameter_takes_a_json_number_never_a_string(text: str) -> None:
+    # pydantic reads these strings as numbers: the policy would be shown a string while
+    # the function ran on a number.
+    assert refund_exact.definition().input_schema["properties"]["amount"]["type"] == "number"
+    call = ToolCall("1", "refund_exact", json.dumps({"amount": text}))
+    with pytest.raises(InvalidInvocationError) as refused:
+        bind(refund_exact).prepare(call)
+    assert text not in str(refused.value)
+    assert bind(refund_exact).prepare(ToolCall("1", "refund_exact", '{"amount": 5}'))
