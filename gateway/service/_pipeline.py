@@ -54,10 +54,10 @@ from gateway._failure import Failure
 from gateway._guard import Guard
 from gateway._output import ToolOutput
 from gateway._registry import Registry
-from gateway.approvals import ApprovalGate, ApprovalPendingError
+from gateway.approvals import APPROVAL_MEMBER, ApprovalGate, ApprovalPendingError
 from gateway.audit import AuditingAuthorizer, AuditScope, AuditTrail, AuditWriteError
 from gateway.obligations import OutputWithheldError, UnfulfilledObligationError
-from gateway.policy import CallerContext, caller_context
+from gateway.policy import CallerContext, caller_context, current_caller
 from gateway.service._codes import ResultCode, result_code
 from gateway.service._metrics import GatewayMetrics
 from gateway.service._observe import NO_OBSERVER, CallObserver
@@ -154,6 +154,11 @@ _SCOPE: contextvars.ContextVar[CallScope | None] = contextvars.ContextVar(
 )
 
 
+# The member's name as it opens in a context's canonical JSON: only a context holding it
+# (at any depth) is decoded to drop it.
+_APPROVAL_NAME: Final = f'"{APPROVAL_MEMBER}":'.encode()
+
+
 class _DecisionStep:
     # The authorizer of every served tool's Guard: asks the policy, through the audit trail
     # when there is one, and keeps a well-formed decision in the call's scope. Outside a
@@ -178,6 +183,20 @@ class _DecisionStep:
             return await self._auditing.authorize(authorization, scope=audit)
         return await self._policy.authorize(authorization)
 
+    async def _unapproved(
+        self, authorization: Authorization, scope: CallScope | None
+    ) -> bool | Decision:
+        # Without an approval gate no approval exists, and none reaches the policy: an
+        # ``approval`` member of the caller's own context (a token's claim, say) is dropped
+        # as the gate drops it, so that it can never stand for a person's approval.
+        caller = current_caller()
+        if _APPROVAL_NAME in caller.json:
+            plain = caller.without_member(APPROVAL_MEMBER)
+            if plain is not caller:
+                with caller_context(plain):
+                    return await self._ask(authorization, scope)
+        return await self._ask(authorization, scope)
+
     async def authorize(self, authorization: Authorization) -> bool | Decision:
         scope = _SCOPE.get()
         with self._observer.deciding(authorization) as watch:
@@ -188,7 +207,7 @@ class _DecisionStep:
                         authorization, lambda: self._ask(authorization, scope)
                     )
                 else:
-                    answer = await self._ask(authorization, scope)
+                    answer = await self._unapproved(authorization, scope)
             except Exception as exc:
                 watch.failed(exc)
                 raise
