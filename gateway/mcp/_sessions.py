@@ -28,6 +28,7 @@ import asyncio
 import datetime
 import hashlib
 import logging
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,7 +40,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.audit import AuditTrail
-from gateway.mcp._wire import MESSAGE_SCOPE_KEY, WireError, read_message
+from gateway.mcp._wire import MESSAGE_SCOPE_KEY, WireError, public_errors, read_jsonrpc
 from gateway.policy import CallerContext
 from gateway.service import PRINCIPAL_SCOPE_KEY, request_id_in
 
@@ -266,8 +267,9 @@ def _with_length(scope: Scope, body: bytes) -> Scope:
 class SessionGuard:
     """ASGI layer between authentication and the SDK's streamable HTTP app.
 
-    It reads every POST body with :func:`~gateway.mcp._wire.read_message` (a message that
-    is not strict JSON is answered 400 here) and puts the message in the scope under
+    It reads every POST body with :func:`~gateway.mcp._wire.read_jsonrpc` (a message that
+    is not strict JSON, or not a JSON-RPC message, is answered 400 here, quoting nothing)
+    and puts the message in the scope under
     :data:`MESSAGE_SCOPE_KEY`; it enforces session ownership, the per-principal cap and
     the session audit records. It expects :data:`PRINCIPAL_SCOPE_KEY` and the caller
     context in the scope (set by the authenticating layer in front of it).
@@ -327,6 +329,9 @@ class SessionGuard:
         if scope["type"] != "http":
             await self._app(scope, receive, send)
             return
+        # The transport boundary: whatever answers (the SDK, a handler, this layer), no
+        # protocol error in a JSON or SSE body quotes what the client sent.
+        send = _PublicErrors(send)
         principal = scope.get(PRINCIPAL_SCOPE_KEY)
         context = scope.get(self._caller_key)
         if not isinstance(principal, str) or not isinstance(context, CallerContext):
@@ -362,7 +367,7 @@ class SessionGuard:
             await Response("Request body too large", status_code=413)(scope, receive, send)
             return None
         try:
-            message = read_message(body)
+            message, _ = read_jsonrpc(body)
         except WireError as error:
             response = _rpc_error(error.message, 400, code=error.code, request_id=error.request_id)
             await response(scope, receive, send)
@@ -530,6 +535,83 @@ class SessionGuard:
         self._table.open(session_id, caller.principal, caller.subject)
         _LOG.info("MCP session %s opened", session_digest(session_id))
         return True
+
+
+_EVENT_END: Final = re.compile(rb"\r\n\r\n|\n\n|\r\r")
+_DATA_LINE: Final = re.compile(rb"^(data:[ ]?)(.*?)(\r\n|\n|\r|$)", re.MULTILINE)
+
+
+def _public_event(event: bytes) -> bytes:
+    if b'"error"' not in event:
+        return event
+    return _DATA_LINE.sub(
+        lambda line: line[1] + public_errors(line[2]) + line[3],
+        event,
+    )
+
+
+class _PublicErrors:
+    """An ASGI ``send`` that makes every JSON-RPC error of a JSON or SSE body public.
+
+    See :func:`~gateway.mcp._wire.public_errors`. A JSON body is held until it is whole
+    (its length may change; the start is sent with it). An event stream is passed on
+    event by event, each once it is whole.
+    """
+
+    __slots__ = ("_buffer", "_kind", "_send", "_start")
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self._kind: str | None = None
+        self._start: Message | None = None
+        self._buffer = bytearray()
+
+    async def __call__(self, message: Message) -> None:
+        kind = message["type"]
+        if kind == "http.response.start":
+            media = Headers(raw=message.get("headers", [])).get("content-type", "")
+            if media.startswith("application/json"):
+                self._kind, self._start = "json", message
+                return
+            self._kind = "sse" if media.startswith("text/event-stream") else None
+            await self._send(message)
+            return
+        if kind != "http.response.body" or self._kind is None:
+            await self._send(message)
+            return
+        more = bool(message.get("more_body", False))
+        self._buffer += message.get("body", b"")
+        if self._kind == "json":
+            if not more:
+                await self._json()
+            return
+        await self._events(more=more)
+
+    async def _json(self) -> None:
+        body = public_errors(bytes(self._buffer))
+        self._buffer.clear()
+        start, self._start = self._start, None
+        assert start is not None  # noqa: S101 - a body follows its start
+        headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
+        headers.append((b"content-length", str(len(body)).encode()))
+        await self._send({**start, "headers": headers})
+        await self._send({"type": "http.response.body", "body": body, "more_body": False})
+
+    async def _events(self, *, more: bool) -> None:
+        buffer = self._buffer
+        out = bytearray()
+        position = 0
+        for end in _EVENT_END.finditer(buffer):
+            out += _public_event(bytes(buffer[position : end.start()])) + end[0]
+            position = end.end()
+        rest = bytes(buffer[position:])
+        buffer.clear()
+        if more:
+            buffer += rest
+        else:
+            out += _public_event(rest)
+        if out or not more:
+            await self._send({"type": "http.response.body", "body": bytes(out), "more_body": more})
 
 
 def _log_failed_record(future: asyncio.Future[dict[str, Any]]) -> None:

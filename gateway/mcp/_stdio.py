@@ -2,8 +2,11 @@
 
 The SDK's own stdio reader decodes stdin as UTF-8 with replacement characters and parses
 each line leniently, which would change a tool call's arguments before admission. Here each
-line is read as bytes with :func:`~gateway.mcp._wire.read_message`: the arguments reach
-admission verbatim, and a line that is not strict JSON is answered with a JSON-RPC error.
+line is read as bytes with :func:`~gateway.mcp._wire.read_jsonrpc`: the arguments reach
+admission verbatim, and a line that is not strict JSON, or not a JSON-RPC message, is
+answered with a JSON-RPC error that quotes nothing of it. Every error written back goes
+through :func:`~gateway.mcp._wire.public_error_data` (the transport boundary): a protocol
+error the server raises (an unknown method, invalid params) quotes nothing either.
 
 While serving, file descriptor 0 points at the null device and 1 at stderr (as the SDK
 does), so a child process or stray ``print`` can neither read the wire nor write to it.
@@ -27,7 +30,13 @@ from anyio.streams.file import FileReadStream, FileWriteStream
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import ServerMessageMetadata, SessionMessage
 
-from gateway.mcp._wire import INVALID_REQUEST, MESSAGE_SCOPE_KEY, WireError, read_message
+from gateway.mcp._wire import (
+    INVALID_REQUEST,
+    MESSAGE_SCOPE_KEY,
+    WireError,
+    public_error_data,
+    read_jsonrpc,
+)
 
 #: The largest accepted line (one message), in bytes.
 DEFAULT_MAX_LINE_BYTES: Final = 2 * 1024 * 1024
@@ -46,7 +55,7 @@ def _error_line(error: WireError) -> bytes:
     body = types.JSONRPCError(
         jsonrpc="2.0",
         id=error.request_id,
-        error=types.ErrorData(code=error.code, message=error.message),
+        error=public_error_data(types.ErrorData(code=error.code, message=error.message)),
     )
     return body.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n"
 
@@ -116,15 +125,9 @@ async def pump(
                     )
                     continue
                 try:
-                    message = read_message(line)
-                    parsed = types.jsonrpc_message_adapter.validate_json(
-                        message.body, by_name=False
-                    )
+                    message, parsed = read_jsonrpc(line)
                 except WireError as error:
                     await write(_error_line(error))
-                    continue
-                except ValueError:
-                    await write(_error_line(WireError(INVALID_REQUEST, "Invalid Request")))
                     continue
                 scope = {**context, MESSAGE_SCOPE_KEY: message}
                 metadata = ServerMessageMetadata(request_context=StdioRequest(scope))
@@ -135,7 +138,13 @@ async def pump(
     writing = anyio.CancelScope()
 
     def encoded(outgoing: SessionMessage) -> bytes:
-        return outgoing.message.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n"
+        message = outgoing.message
+        if isinstance(message, types.JSONRPCError):
+            # The transport boundary: no protocol error quotes what the client sent.
+            public = public_error_data(message.error)
+            if public is not message.error:
+                message = types.JSONRPCError(jsonrpc="2.0", id=message.id, error=public)
+        return message.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n"
 
     async def writer() -> None:
         with writing:

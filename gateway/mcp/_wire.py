@@ -17,15 +17,29 @@ them as the HTTP API does. :func:`read_message` runs on the raw bytes, before th
 
 An ``arguments`` member that is absent or ``null`` (what the MCP SDKs send for a call
 without arguments) means no arguments, ``{}``, as an absent or blank HTTP argument document.
+
+Both MCP transports (stdio and streamable HTTP) read every message with
+:func:`read_jsonrpc`: :func:`read_message`, then the JSON-RPC 2.0 shape, judged here, so the
+SDK never refuses a message with its own validation text (which quotes what was sent).
+
+What goes back is held to one rule, at the transport boundary (:func:`public_error`,
+:func:`public_errors`): a JSON-RPC error with a protocol code (parse error, invalid request,
+method not found, invalid params) never quotes anything the caller sent. Its message is one
+of the fixed texts in :data:`PUBLIC_TEXTS` or else the code's own fixed text, and it carries
+no ``data`` but the gateway's own ``gateway/*`` members. The request ``id`` is echoed, as
+JSON-RPC requires, when it is a string or an integer.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
+
+import mcp_types as types
+from pydantic import ValidationError
 
 from gateway import _json
 
@@ -33,6 +47,46 @@ from gateway import _json
 MESSAGE_SCOPE_KEY: Final = "gateway.mcp.message"
 PARSE_ERROR: Final = -32700
 INVALID_REQUEST: Final = -32600
+METHOD_NOT_FOUND: Final = -32601
+INVALID_PARAMS: Final = -32602
+#: The fixed message of each protocol error code (JSON-RPC 2.0, section 5.1).
+PROTOCOL_ERRORS: Final[Mapping[int, str]] = {
+    PARSE_ERROR: "Parse error",
+    INVALID_REQUEST: "Invalid Request",
+    METHOD_NOT_FOUND: "Method not found",
+    INVALID_PARAMS: "Invalid params",
+}
+#: The texts a protocol error may carry besides its code's own: written by the gateway or
+#: the SDK as constants, none with anything of a message in it. Any other text (the SDK's
+#: validation dumps, an upstream's message) is replaced by the code's fixed text.
+PUBLIC_TEXTS: Final = frozenset(
+    {
+        # this reader and the stdio framing
+        "Parse error: the message is not strict JSON",
+        "Invalid Request: the message must be one JSON object",
+        "Invalid Request: id must be a string or an integer",
+        "Invalid Request: too large",
+        # the gateway's handlers (gateway.mcp._front, _bridge, _upstream, _sessions)
+        "the request could not be read",
+        "Invalid or expired requestState",
+        "inputResponses: an answer is not valid",
+        "Prompt not found",
+        "Resource not found",
+        "unknown upstream server",
+        "the upstream does not offer this subscription",
+        "authentication required",
+        "Session not found",
+        # the SDK's fixed texts
+        "Invalid request parameters",
+        "Body must be a single JSON-RPC request or notification object",
+        "Bad Request: Missing session ID",
+        "Unsupported Media Type: Content-Type must be application/json",
+        "this connection serves the handshake protocol era; "
+        "requests carrying the 2026-07-28 envelope are not accepted on it",
+    }
+)
+#: The ``data`` members a protocol error may keep: the gateway's own (a refusal's code).
+_PUBLIC_DATA_PREFIX: Final = "gateway/"
 
 _WS_RUN: Final = re.compile(rb"[ \t\n\r]*")
 #: Finds where a bracketed or quoted value ends at C speed; lenient, so only a shortcut.
@@ -288,3 +342,104 @@ def _read(data: bytes) -> Message:
         is_tool_call=is_tool_call,
         arguments=arguments,
     )
+
+
+def read_jsonrpc(data: bytes) -> tuple[Message, types.JSONRPCMessage]:
+    """Read one message as :func:`read_message` does, and judge its JSON-RPC shape.
+
+    Returns:
+        The message, and the SDK's model of it (what the SDK would read from its body).
+
+    Raises:
+        WireError: :func:`read_message` refused it, or it is not a JSON-RPC 2.0 request,
+            notification, response or error (:data:`INVALID_REQUEST`, a fixed message,
+            the id echoed when it is a string or an integer).
+    """
+    message = read_message(data)
+    try:
+        parsed = types.jsonrpc_message_adapter.validate_json(message.body, by_name=False)
+    except (ValidationError, ValueError):
+        # Never the SDK's text: it quotes the values it could not read.
+        raise WireError(
+            INVALID_REQUEST, PROTOCOL_ERRORS[INVALID_REQUEST], message.request_id
+        ) from None
+    return message, parsed
+
+
+def _public_data(data: object) -> dict[str, Any] | None:
+    if not isinstance(data, Mapping):
+        return None
+    kept = {
+        key: value
+        for key, value in data.items()
+        if isinstance(key, str) and key.startswith(_PUBLIC_DATA_PREFIX)
+    }
+    return kept or None
+
+
+def public_error(code: int, message: object, data: object = None) -> tuple[str, Any] | None:
+    """The message and data a protocol error may carry (``None``: send it unchanged).
+
+    Only the protocol codes (:data:`PROTOCOL_ERRORS`) are judged; any other code is the
+    gateway's or an extension's own (a refusal, an unsupported revision) and is left as is.
+    """
+    fixed = PROTOCOL_ERRORS.get(code) if type(code) is int else None
+    if fixed is None:
+        return None
+    public_message = message if isinstance(message, str) and message in PUBLIC_TEXTS else fixed
+    public_data = _public_data(data)
+    if public_message == message and public_data == data:
+        return None
+    return public_message, public_data
+
+
+def public_error_data(error: types.ErrorData) -> types.ErrorData:
+    """``error`` as it may be sent (see :func:`public_error`)."""
+    public = public_error(error.code, error.message, error.data)
+    if public is None:
+        return error
+    message, data = public
+    if data is None:
+        return types.ErrorData(code=error.code, message=message)
+    return types.ErrorData(code=error.code, message=message, data=data)
+
+
+def _public_member(value: object) -> object | None:
+    # A JSON-RPC error object made public, or None when it may go as it is.
+    if not isinstance(value, dict):
+        return None
+    error = value.get("error")
+    if not isinstance(error, dict):
+        return None
+    public = public_error(error.get("code"), error.get("message"), error.get("data"))  # type: ignore[arg-type]
+    if public is None:
+        return None
+    message, data = public
+    fixed: dict[str, Any] = {"code": error["code"], "message": message}
+    if data is not None:
+        fixed["data"] = data
+    return {**value, "error": fixed}
+
+
+def public_errors(body: bytes) -> bytes:
+    """A JSON-RPC message (or batch) as encoded bytes, its errors made public.
+
+    Bytes that are not JSON, or hold no error that must change, are returned unchanged.
+    """
+    if b'"error"' not in body:
+        return body
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return body
+    if isinstance(value, list):
+        fixed = [_public_member(item) for item in value]
+        if all(item is None for item in fixed):
+            return body
+        value = [item if new is None else new for item, new in zip(value, fixed, strict=True)]
+    else:
+        new = _public_member(value)
+        if new is None:
+            return body
+        value = new
+    return json.dumps(value, separators=(",", ":")).encode()
