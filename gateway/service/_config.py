@@ -93,6 +93,7 @@ PUBLISHED_KEYS: Final = (
     "test-key-analyst",
     "test-key-anna",
     "test-key-clerk",
+    "test-key-mallory",
     "test-key-tess",
     "test-key-theo",
     "test-key-tina",
