@@ -12,12 +12,16 @@ from gateway.approvals._gate import (
     ApprovalPendingError,
     AuditEvents,
     call_key,
+    may_decide,
+    same_tenant,
+    tenant_of,
 )
 from gateway.approvals._redis import RedisApprovalStore
 from gateway.approvals._store import (
     APPROVED,
     PENDING,
     REJECTED,
+    UNKNOWN_TENANT,
     USED,
     VOID,
     Approval,
@@ -34,6 +38,7 @@ __all__ = [
     "DEFAULT_TTL_S",
     "PENDING",
     "REJECTED",
+    "UNKNOWN_TENANT",
     "USED",
     "VOID",
     "Approval",
@@ -48,4 +53,7 @@ __all__ = [
     "MemoryApprovalStore",
     "RedisApprovalStore",
     "call_key",
+    "may_decide",
+    "same_tenant",
+    "tenant_of",
 ]

@@ -15,8 +15,10 @@
    and the call needs a new one.
 
 :class:`ApprovalDesk` is what approvers use (the HTTP API and ``gateway approvals``):
-list, show, approve, reject, each checked against the approver's roles and recorded in the
-audit trail before it takes effect for the caller.
+list, show, approve, reject, each checked against the approver's roles and tenant and
+recorded in the audit trail before it takes effect for the caller. An approval belongs to
+the tenant of the caller who asked: an approver of another tenant (or of none, when it has
+one) neither lists, sees nor decides it, whatever roles they hold.
 """
 
 from __future__ import annotations
@@ -74,6 +76,33 @@ class ApprovalPendingError(NoDecisionError):
 
 def _utc(seconds: float) -> str:
     return datetime.datetime.fromtimestamp(seconds, datetime.UTC).isoformat(timespec="seconds")
+
+
+def tenant_of(context: CallerContext) -> str | None:
+    """The caller's tenant: a non-blank ``tenant`` string, else ``None``."""
+    tenant = context.get("tenant")
+    return tenant if isinstance(tenant, str) and tenant.strip() else None
+
+
+def same_tenant(approval: Approval, context: CallerContext) -> bool:
+    """Whether ``context`` belongs to the tenant of the caller who asked for ``approval``."""
+    return approval.tenant == tenant_of(context)
+
+
+def may_decide(approval: Approval, approver: CallerContext) -> bool:
+    """Whether ``approver`` may approve or reject ``approval`` (whatever its state).
+
+    They need a ``subject`` other than the caller who asked, the approval's role among their
+    ``roles``, and the same tenant.
+    """
+    subject = approver.get("subject")
+    return (
+        isinstance(subject, str)
+        and bool(subject)
+        and subject != approval.subject
+        and approval.role in _strings(approver.get("roles"))
+        and same_tenant(approval, approver)
+    )
 
 
 def call_key(authorization: Authorization, caller: CallerContext) -> ApprovalKey:
@@ -222,6 +251,7 @@ class ApprovalGate:
             revision=decision.revision,
             role=required.role,
             subject=subject if isinstance(subject, str) else None,
+            tenant=tenant_of(caller),
             message=required.message,
             created_at=now,
             expires_at=now + (required.ttl_s or self._ttl),
@@ -277,7 +307,11 @@ class ApprovalDesk:
         roles = set(_strings(approver.get("roles")))
         now = self._clock()
         every = await asyncio.to_thread(self._store.all)
-        return [a for a in every if a.state(now) == PENDING and a.role in roles]
+        return [
+            a
+            for a in every
+            if a.state(now) == PENDING and a.role in roles and same_tenant(a, approver)
+        ]
 
     async def show(self, approval_id: str, viewer: CallerContext) -> Approval:
         """One approval, for the caller who asked for it or an approver of its role.
@@ -294,7 +328,7 @@ class ApprovalDesk:
     def _may_see(approval: Approval, viewer: CallerContext) -> bool:
         if viewer.without_member(APPROVAL_MEMBER).digest == approval.key.caller_digest:
             return True
-        return approval.role in _strings(viewer.get("roles"))
+        return approval.role in _strings(viewer.get("roles")) and same_tenant(approval, viewer)
 
     async def decide(
         self,
@@ -310,19 +344,21 @@ class ApprovalDesk:
         trail (the operator console requires one).
 
         Raises:
-            ApprovalError: ``approval_not_found``, ``approver_not_allowed`` (no subject, not
-                the role, or the caller who asked), ``approval_expired``,
+            ApprovalError: ``approval_not_found`` (also for an approver of another tenant),
+                ``approver_not_allowed`` (no subject, not the role, or the caller who
+                asked), ``approval_expired``,
                 ``approval_decided`` (already approved, rejected or used).
         """
         subject = approver.get("subject")
         roles = _strings(approver.get("roles"))
         now = self._clock()
         current = await asyncio.to_thread(self._store.get, approval_id)
-        if current is None:
+        if current is None or not same_tenant(current, approver):
             raise ApprovalError("approval_not_found", "no such approval")
         if not isinstance(subject, str) or not subject or current.role not in roles:
             raise ApprovalError("approver_not_allowed", "the approver does not hold the role")
-        decided = self._decided(current, subject, roles, now, approve=approve)
+        tenant = tenant_of(approver)
+        decided = self._decided(current, subject, roles, tenant, now, approve=approve)
         # Recorded first: an approval the audit trail does not show never takes effect.
         extra = {} if comment is None else {"comment": comment}
         await self._events.record("approved" if approve else "rejected", decided, **extra)
@@ -330,13 +366,21 @@ class ApprovalDesk:
         return await asyncio.to_thread(
             self._store.update,
             approval_id,
-            lambda a: self._decided(a, subject_text, roles, now, approve=approve),
+            lambda a: self._decided(a, subject_text, roles, tenant, now, approve=approve),
         )
 
     @staticmethod
     def _decided(
-        approval: Approval, subject: str, roles: tuple[str, ...], now: float, *, approve: bool
+        approval: Approval,
+        subject: str,
+        roles: tuple[str, ...],
+        tenant: str | None,
+        now: float,
+        *,
+        approve: bool,
     ) -> Approval:
+        if approval.tenant != tenant:
+            raise ApprovalError("approval_not_found", "no such approval")
         if approval.subject == subject:
             raise ApprovalError("approver_not_allowed", "nobody approves their own call")
         if approval.status != PENDING:

@@ -27,6 +27,8 @@ REJECTED: Final = "rejected"
 USED: Final = "used"
 VOID: Final = "void"
 STATUSES: Final = frozenset({PENDING, APPROVED, REJECTED, USED, VOID})
+#: The tenant of a stored approval that names none (kept before tenants were): no approver's.
+UNKNOWN_TENANT: Final = ""
 #: How long a finished (used, rejected, void or expired) approval stays listed.
 KEEP_FINISHED_S: Final = 86400.0
 _FORMAT: Final = 1
@@ -62,6 +64,9 @@ class Approval:
         revision: the policy revision of the decision that asked for it.
         role: the role an approver must hold.
         subject: who asked (the caller's ``subject``), for the approver to see.
+        tenant: the tenant of the caller who asked (``None``: a caller with no tenant); only
+            an approver of the same tenant sees or decides it. A stored record from before
+            tenants were kept reads as :data:`UNKNOWN_TENANT`, which no approver matches.
         message: the policy's public text about why approval is needed.
         created_at: when it was asked for (seconds since the epoch).
         expires_at: after this, it can be neither decided nor used.
@@ -85,6 +90,7 @@ class Approval:
     decided_roles: tuple[str, ...] = ()
     decided_at: float | None = None
     used_at: float | None = None
+    tenant: str | None = None
 
     def expired(self, now: float) -> bool:
         """Whether it is past its expiry."""
@@ -113,6 +119,7 @@ class Approval:
             key = ApprovalKey(**value["key"])
             fields = {k: v for k, v in value.items() if k != "key"}
             fields["decided_roles"] = tuple(fields.get("decided_roles", ()))
+            fields.setdefault("tenant", UNKNOWN_TENANT)
             approval = cls(key=key, **fields)
         except (KeyError, TypeError, AttributeError):
             raise ApprovalError(
@@ -129,6 +136,7 @@ class Approval:
             "tool": self.key.tool,
             "arguments_digest": self.key.arguments_digest,
             "subject": self.subject,
+            "tenant": self.tenant,
             "role": self.role,
             "message": self.message,
             "revision": self.revision,
@@ -157,6 +165,7 @@ def _well_typed(approval: Approval) -> bool:
         and all(_text(v) for v in (approval.id, key.tool, key.arguments_digest, approval.role))
         and _text(key.caller_digest)
         and all(_text(v, optional=True) for v in (approval.revision, approval.subject))
+        and _text(approval.tenant, optional=True)
         and all(_text(v, optional=True) for v in (approval.message, approval.decided_by))
         and _number(approval.created_at)
         and _number(approval.expires_at)

@@ -44,7 +44,14 @@ from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
 from gateway._numerals import ascii_digits
-from gateway.approvals import PENDING, Approval, ApprovalDesk, ApprovalError, ApprovalStore
+from gateway.approvals import (
+    PENDING,
+    Approval,
+    ApprovalDesk,
+    ApprovalError,
+    ApprovalStore,
+    may_decide,
+)
 from gateway.console._chart import decisions_chart
 from gateway.console._replay import ReplayView, read_reports, shadow_summary
 from gateway.console._sessions import APPROVER, AUDITOR, Session, SessionStore
@@ -668,9 +675,7 @@ class ConsoleApp:
 
     @staticmethod
     def _holds(session: Session, approval: Approval) -> bool:
-        raw = session.context.get("roles")
-        roles = raw if isinstance(raw, list) else []
-        return approval.role in roles and approval.subject != session.subject
+        return may_decide(approval, session.context)
 
     async def decide(self, request: Request) -> Response:  # noqa: PLR0911 - one return per refusal
         """``POST /approvals/{id}``: approve or reject, with the approver's comment."""

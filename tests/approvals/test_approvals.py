@@ -147,7 +147,7 @@ async def test_an_approval_expires_before_it_is_decided_or_used() -> None:
 async def test_an_approver_without_the_role_or_the_caller_themself_cannot_approve() -> None:
     world = World()
     pending = await world.pay(500)
-    for approver in (OTHER, CLERK, CallerContext(roles=["treasurer"])):
+    for approver in (OTHER, CLERK, CallerContext(roles=["treasurer"], tenant="acme")):
         with pytest.raises(ApprovalError) as info:
             await world.desk.decide(pending.approval_id, approver, approve=True)
         assert info.value.code == "approver_not_allowed"

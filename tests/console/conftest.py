@@ -60,7 +60,9 @@ class Console:
     def client(self, *, base_url: str = ORIGIN, **kwargs: Any) -> TestClient:
         return TestClient(self.app, base_url=base_url, follow_redirects=False, **kwargs)
 
-    def pending(self, approval_id: str = "apr_one", *, subject: str = "carl") -> Approval:
+    def pending(
+        self, approval_id: str = "apr_one", *, subject: str = "carl", tenant: str | None = None
+    ) -> Approval:
         now = self.wall()
         approval = Approval(
             id=approval_id,
@@ -68,6 +70,7 @@ class Console:
             revision="rev-1",
             role="treasurer",
             subject=subject,
+            tenant=tenant,
             message="a treasurer must approve every payment",
             created_at=now - 120,
             expires_at=now + 780,
