@@ -144,7 +144,13 @@ _UCSCHAR: Final = (
 _IPRIVATE: Final = "\ue000-\uf8ff\U000f0000-\U000ffffd\U00100000-\U0010fffd"
 
 
+@functools.cache
 def _uri_grammar(*, iri: bool) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """The RFC 3986 (or, with ``iri``, RFC 3987) absolute and reference grammars.
+
+    Compiled on first use: the IRI grammar's character classes take ~30-80 ms to compile,
+    which every process start (a stdio MCP server is started per client) would pay.
+    """
     unreserved = r"A-Za-z0-9\-._~" + (_UCSCHAR if iri else "")
     pct = r"%[0-9A-Fa-f]{2}"
     sub = r"!$&'()*+,;="
@@ -170,9 +176,6 @@ def _uri_grammar(*, iri: bool) -> tuple[re.Pattern[str], re.Pattern[str]]:
         re.compile(rf"(?:{absolute_uri}|{relative}{tail})"),
     )
 
-
-_URI, _URI_REFERENCE = _uri_grammar(iri=False)
-_IRI, _IRI_REFERENCE = _uri_grammar(iri=True)
 
 # RFC 6570 URI templates, levels 1 to 4 (with erratum 6937: "'" is a literal).
 _VARCHAR: Final = r"(?:[A-Za-z0-9_]|%[0-9A-Fa-f]{2})"
@@ -271,6 +274,19 @@ def _matcher(pattern: re.Pattern[str]) -> Callable[[str], bool]:
     return lambda text: pattern.fullmatch(text) is not None
 
 
+def _uri_matcher(*, iri: bool, reference: bool) -> Callable[[str], bool]:
+    # The grammar is compiled by the first check (a race compiles it twice, harmlessly).
+    fullmatch: Callable[[str], re.Match[str] | None] | None = None
+
+    def check(text: str) -> bool:
+        nonlocal fullmatch
+        if fullmatch is None:
+            fullmatch = _uri_grammar(iri=iri)[reference].fullmatch
+        return fullmatch(text) is not None
+
+    return check
+
+
 _UUID: Final = re.compile(r"[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}")
 
 #: Every format the gateway asserts, by name: each takes a string and answers validity.
@@ -285,10 +301,10 @@ CHECKERS: Final[dict[str, Callable[[str], bool]]] = {
     "idn-hostname": _is_idn_hostname,
     "ipv4": _matcher(re.compile(_IPV4)),
     "ipv6": _matcher(re.compile(_IPV6)),
-    "uri": _matcher(_URI),
-    "uri-reference": _matcher(_URI_REFERENCE),
-    "iri": _matcher(_IRI),
-    "iri-reference": _matcher(_IRI_REFERENCE),
+    "uri": _uri_matcher(iri=False, reference=False),
+    "uri-reference": _uri_matcher(iri=False, reference=True),
+    "iri": _uri_matcher(iri=True, reference=False),
+    "iri-reference": _uri_matcher(iri=True, reference=True),
     "uuid": _matcher(_UUID),
     "uri-template": _matcher(_URI_TEMPLATE),
     "json-pointer": _matcher(_JSON_POINTER),
