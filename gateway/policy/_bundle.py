@@ -5,16 +5,24 @@ A bundle is what ``opa build -t wasm`` writes: ``policy.wasm``, ``data.json`` fi
 ``.tar.gz``. When a :class:`VerificationKey` is configured, the bundle must carry OPA's
 ``.signatures.json`` (one JWS over the list of files and their hashes), and every file must
 be listed with its hash and every listed file present; anything else is refused. Archives
-are read defensively: regular files only, no path outside the root, bounded sizes.
+are read defensively, before anything in them is trusted (the signature is one of their
+files): regular files and directories only, no path outside the root, and every bound
+applied as the archive streams in. Every tar header (a directory's, a pax or GNU extension
+header's) counts towards the member limit, file and extension data towards the size limit,
+and the decompressed stream itself is cut off just past what those limits allow, so
+neither a flood of empty headers nor a gzip bomb is read further than a bundle could be.
 """
 
 from __future__ import annotations
 
+import bz2
+import contextvars
 import gzip
 import hashlib
 import http.client
 import io
 import json
+import lzma
 import os
 import posixpath
 import tarfile
@@ -22,10 +30,11 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import jwt
 
@@ -34,7 +43,19 @@ from gateway.policy._errors import PolicyError, PolicyLoadError
 
 #: Default bound on a bundle's unpacked size.
 DEFAULT_MAX_BUNDLE_BYTES: Final = 64 << 20
-_MAX_FILES: Final = 10_000
+#: Default bound on a bundle's members: every tar header (files, directories, extension
+#: headers) of an archive, every file and directory of a bundle directory.
+DEFAULT_MAX_BUNDLE_MEMBERS: Final = 10_000
+#: The most data one pax or GNU long-name header may carry (real ones hold a path or two).
+_MAX_EXTENSION_BYTES: Final = 1 << 20
+#: The most extension headers in a row before a member's own header.
+_MAX_EXTENSION_CHAIN: Final = 4
+_EXTENSION_TYPES: Final = frozenset(
+    {tarfile.XHDTYPE, tarfile.SOLARIS_XHDTYPE, tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK}
+)
+_NOT_REGULAR: Final = "bundle holds something other than regular files and directories"
+_TOO_MANY: Final = "bundle has more members than the limit"
+_TOO_LARGE: Final = "bundle is larger than the limit"
 _CHUNK: Final = 1 << 16
 _MAX_DETAIL: Final = 300
 _MANIFEST: Final = ".manifest"
@@ -97,22 +118,141 @@ def _clean_name(name: str) -> str:
     cleaned = posixpath.normpath("/" + raw).lstrip("/")
     if not cleaned or cleaned == "." or ".." in raw.split("/") or "\0" in cleaned:
         raise BundleError("bundle holds a file with an unsafe name")
+    try:
+        # tarfile decodes a name that is not UTF-8 with surrogate escapes: no JSON key.
+        cleaned.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BundleError("bundle holds a file with an unsafe name") from None
     return cleaned
 
 
-def _read_archive(raw: bytes, max_bytes: int) -> dict[str, bytes]:
+class _Budget:
+    """What an archive may still hold: members (tar headers) and bytes of data."""
+
+    __slots__ = ("_chain", "_members", "_room")
+
+    def __init__(self, max_members: int, max_bytes: int) -> None:
+        self._members = max_members
+        self._room = max_bytes
+        self._chain = 0
+
+    def take(self, size: int) -> None:
+        """Count ``size`` bytes of data, before they are read."""
+        self._room -= size
+        if self._room < 0:
+            raise BundleError(_TOO_LARGE)
+
+    def member(self) -> None:
+        """Count one member (a tar header, a file or a directory)."""
+        self._members -= 1
+        if self._members < 0:
+            raise BundleError(_TOO_MANY)
+
+    def header(self, info: tarfile.TarInfo) -> None:
+        """Count one tar header and check its kind, before anything it announces is read."""
+        self.member()
+        if info.type in _EXTENSION_TYPES:
+            # A pax or GNU header: its data (a path, a size) is read next, then the header
+            # of the member it describes.
+            self._chain += 1
+            if self._chain > _MAX_EXTENSION_CHAIN or info.size > _MAX_EXTENSION_BYTES:
+                raise BundleError("bundle holds a malformed tar extension header")
+            self.take(info.size)
+            return
+        self._chain = 0
+        if info.type == tarfile.GNUTYPE_SPARSE or not (info.isreg() or info.isdir()):
+            # Links, devices, fifos, sparse files, global pax headers, unknown types.
+            raise BundleError(_NOT_REGULAR)
+
+
+_BUDGET: contextvars.ContextVar[_Budget | None] = contextvars.ContextVar(
+    "gateway_bundle_budget", default=None
+)
+
+
+class _CountedInfo(tarfile.TarInfo):
+    """A tar header that is counted against the archive's budget before it is processed."""
+
+    def _proc_member(self, archive: tarfile.TarFile) -> tarfile.TarInfo:
+        # tarfile's hook for subclasses, called for every header it parses (extension
+        # headers included, which never surface as members) before the header's data is read.
+        budget = _BUDGET.get()
+        if budget is not None:
+            budget.header(self)
+        proceed: tarfile.TarInfo = super()._proc_member(archive)  # type: ignore[misc]
+        return proceed
+
+
+class _Readable(Protocol):
+    def read(self, size: int = -1, /) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
+class _Inflating:
+    """An archive's bytes, decompressed as they are read and refused past ``limit``.
+
+    Decompression never runs ahead of what is read: a gzip bomb costs ``limit`` bytes.
+    """
+
+    def __init__(self, raw: bytes, limit: int) -> None:
+        source = io.BytesIO(raw)
+        self._source: _Readable
+        if raw.startswith(b"\x1f\x8b"):
+            self._source = gzip.GzipFile(fileobj=source, mode="rb")
+        elif raw.startswith(b"BZh"):
+            self._source = bz2.BZ2File(source)
+        elif raw.startswith(b"\xfd7zXZ\x00"):
+            self._source = lzma.LZMAFile(source)  # noqa: SIM115 - closed by close()
+        else:
+            self._source = source
+        self._room = limit
+        self._position = 0
+
+    def read(self, size: int = -1, /) -> bytes:
+        chunk = self._source.read(size if 0 <= size <= _CHUNK else _CHUNK)
+        self._position += len(chunk)
+        if self._position > self._room:
+            raise BundleError(_TOO_LARGE)
+        return chunk
+
+    def write(self, data: bytes, /) -> int:
+        raise io.UnsupportedOperation("write")
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, position: int, /) -> int:
+        raise io.UnsupportedOperation("seek")
+
+    def close(self) -> None:
+        self._source.close()
+
+
+def _stream_limit(max_bytes: int, max_members: int) -> int:
+    # Past its data (bounded by max_bytes), an archive holds one 512-byte header per member
+    # and under 512 bytes of padding after each member's data; then its end marker and,
+    # as tar writers pad, up to a record. Nothing past that is read.
+    return max_bytes + (max_members + 1) * 2 * tarfile.BLOCKSIZE + 2 * tarfile.RECORDSIZE
+
+
+def _read_archive(
+    raw: bytes, max_bytes: int, max_members: int = DEFAULT_MAX_BUNDLE_MEMBERS
+) -> dict[str, bytes]:
     files: dict[str, bytes] = {}
-    total = 0
+    budget = _Budget(max_members, max_bytes)
+    stream = _Inflating(raw, _stream_limit(max_bytes, max_members))
+    token = _BUDGET.set(budget)
     try:
-        with tarfile.open(fileobj=io.BytesIO(raw), mode="r:*") as archive:
+        # Streamed (mode "r|"): read once, front to back, never seeking.
+        with tarfile.open(fileobj=stream, mode="r|", tarinfo=_CountedInfo) as archive:
             for member in archive:
+                # Every header was counted (and its kind checked) as it was parsed.
                 if member.isdir():
                     continue
-                if not member.isreg():
-                    raise BundleError("bundle holds something other than regular files")
-                total += member.size
-                if total > max_bytes or len(files) >= _MAX_FILES:
-                    raise BundleError("bundle is larger than the limit")
+                if member.sparse is not None:
+                    raise BundleError(_NOT_REGULAR)
+                budget.take(member.size)
                 name = _clean_name(member.name)
                 if name in files:
                     raise BundleError("bundle holds a file twice")
@@ -123,26 +263,47 @@ def _read_archive(raw: bytes, max_bytes: int) -> dict[str, bytes]:
                 if len(content) != member.size:
                     raise BundleError("bundle member is truncated")
                 files[name] = content
-    except (tarfile.TarError, EOFError, OSError, gzip.BadGzipFile) as exc:
+    except (
+        tarfile.TarError,
+        EOFError,
+        OSError,
+        zlib.error,
+        lzma.LZMAError,
+        RecursionError,
+        ValueError,
+    ) as exc:
         raise BundleError(
             "bundle is not a readable tar archive", detail=str(exc)[:_MAX_DETAIL]
         ) from None
+    finally:
+        _BUDGET.reset(token)
+        stream.close()
     return files
 
 
-def _read_directory(root: Path, max_bytes: int) -> dict[str, bytes]:
+def _read_directory(
+    root: Path, max_bytes: int, max_members: int = DEFAULT_MAX_BUNDLE_MEMBERS
+) -> dict[str, bytes]:
     files: dict[str, bytes] = {}
-    total = 0
+    budget = _Budget(max_members, max_bytes)
     for directory, subdirectories, names in os.walk(root, followlinks=False):
         subdirectories.sort()
+        for subdirectory in subdirectories:
+            # os.walk lists a link to a directory among the directories (and skips it).
+            if Path(directory, subdirectory).is_symlink():
+                raise BundleError(_NOT_REGULAR)
+            budget.member()
         for name in sorted(names):
             path = Path(directory, name)
             if path.is_symlink() or not path.is_file():
-                raise BundleError("bundle holds something other than regular files")
-            content = path.read_bytes()
-            total += len(content)
-            if total > max_bytes or len(files) >= _MAX_FILES:
-                raise BundleError("bundle is larger than the limit")
+                raise BundleError(_NOT_REGULAR)
+            budget.member()
+            size = path.stat().st_size
+            budget.take(size)
+            with path.open("rb") as file:
+                content = file.read(size + 1)
+            if len(content) != size:
+                raise BundleError("bundle file changed while it was read")
             files[_clean_name(path.relative_to(root).as_posix())] = content
     return files
 
@@ -351,23 +512,29 @@ def read_bundle(
     *,
     verification: VerificationKey | None = None,
     max_bytes: int = DEFAULT_MAX_BUNDLE_BYTES,
+    max_members: int = DEFAULT_MAX_BUNDLE_MEMBERS,
 ) -> Bundle:
     """Read a bundle from a directory, a ``.tar.gz`` file, or the archive's bytes.
 
+    ``max_bytes`` bounds the files' data, ``max_members`` the archive's tar headers (every
+    one: files, directories, extension headers) or the directory's files and directories.
+    Both are applied while the archive is read, before its signature is checked.
+
     Raises:
-        BundleError: see :func:`bundle_from_files`; also an unreadable or oversized source.
+        BundleError: see :func:`bundle_from_files`; also an unreadable or oversized source,
+            or one holding more members than the limit.
     """
     if isinstance(source, bytes):
-        files = _read_archive(source, max_bytes)
+        files = _read_archive(source, max_bytes, max_members)
     else:
         path = Path(source)
         try:
             if path.is_dir():
-                files = _read_directory(path, max_bytes)
+                files = _read_directory(path, max_bytes, max_members)
             else:
                 if path.stat().st_size > max_bytes:
-                    raise BundleError("bundle is larger than the limit")
-                files = _read_archive(path.read_bytes(), max_bytes)
+                    raise BundleError(_TOO_LARGE)
+                files = _read_archive(path.read_bytes(), max_bytes, max_members)
         except OSError as exc:
             raise BundleError("bundle is unreadable", detail=str(exc)[:_MAX_DETAIL]) from None
     return bundle_from_files(files, verification=verification)
@@ -450,7 +617,8 @@ class BundlePoller:
         timeout_s: the most one download may take, from connecting to its last byte.
         headers: extra request headers (e.g. ``Authorization``), sent to the bundle URL's
             origin only: a redirect elsewhere is followed without them.
-        max_bytes: the largest bundle accepted.
+        max_bytes: the largest bundle accepted (downloaded, and its files unpacked).
+        max_members: the most tar headers the bundle's archive may hold.
         etag: the ETag of the bundle already in force, if it came from this server.
     """
 
@@ -463,6 +631,7 @@ class BundlePoller:
         timeout_s: float = 10.0,
         headers: Mapping[str, str] | None = None,
         max_bytes: int = DEFAULT_MAX_BUNDLE_BYTES,
+        max_members: int = DEFAULT_MAX_BUNDLE_MEMBERS,
         etag: str | None = None,
     ) -> None:
         if not url.startswith(("http://", "https://")):
@@ -475,6 +644,7 @@ class BundlePoller:
         # Redirects are followed; the headers given (credentials) only to the same origin.
         self._opener = urllib.request.build_opener(_CredentialsStayHome(self._headers))
         self._max_bytes = max_bytes
+        self._max_members = max_members
         self._etag = etag
         self.last_error: BundleError | None = None
 
@@ -519,10 +689,11 @@ class BundlePoller:
         if status != 200:
             return self._failed(BundleError("bundle server answered an error", detail=str(status)))
         if len(body) > self._max_bytes:
-            return self._failed(BundleError("bundle is larger than the limit"))
+            return self._failed(BundleError(_TOO_LARGE))
         try:
             bundle = bundle_from_files(
-                _read_archive(body, self._max_bytes), verification=self._verification
+                _read_archive(body, self._max_bytes, self._max_members),
+                verification=self._verification,
             )
             self._activate(bundle)
         except PolicyError as exc:
