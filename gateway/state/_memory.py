@@ -1,9 +1,20 @@
-"""The in-process state backend (the default): one process, no server, an injectable clock."""
+"""The in-process state backend (the default): one process, no server, an injectable clock.
+
+Everything it keeps is bounded, and nothing a decision depends on is dropped while it still
+counts: a session is dropped once it has been idle for its time to live, a counter once its
+window has closed, a record once its time to live has passed, as the Redis backend's keys
+expire. A store full of live state refuses what would need room (a new session, counter or
+record) with :class:`StateFullError` and writes nothing; the call fails closed
+(``state_unavailable``). Evicting the least recently used instead would let a caller who
+floods fresh session ids wipe another session's labels (an egress refusal forgotten) or
+reset a quota; so would letting a caller evict its own oldest sessions.
+"""
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import heapq
 import threading
 import time
 from collections.abc import Callable
@@ -17,13 +28,28 @@ from gateway.state._store import (
     SessionView,
     Snapshot,
     StateQuery,
+    StateUnavailableError,
     check_record_ttl,
 )
 
-#: Sessions kept at most (the least recently used go first).
+#: Live sessions kept at most (a new session is refused when they are all live).
 DEFAULT_MAX_SESSIONS: Final = 100_000
-#: Counters and records kept at most, each (the oldest go first).
+#: Live counters and live records kept at most, each (a new one is refused when full).
 DEFAULT_MAX_ENTRIES: Final = 1_000_000
+#: Expiry-queue entries kept beyond the live entries before the queue is rebuilt.
+_QUEUE_SLACK: Final = 1024
+#: Expired entries dropped per queue by one write, when the store is not short of room
+#: (more would stall the write after a window boundary; an expired entry harms nobody).
+_EXPIRY_STEP: Final = 256
+
+
+class StateFullError(StateUnavailableError):
+    """The in-process store holds as much live state as it may: the new state is refused.
+
+    A :class:`StateUnavailableError` (the call fails closed, ``state_unavailable``): what
+    the store already holds is kept; the reservation or record that needed room wrote
+    nothing.
+    """
 
 
 @dataclasses.dataclass(slots=True)
@@ -37,6 +63,7 @@ class _Entry:
 @dataclasses.dataclass(slots=True)
 class _Session:
     expires: float
+    owner: str | None = None
     version: int = 0
     calls: int = 0
     seq: int = 0
@@ -52,10 +79,19 @@ class MemoryStateStore:
     atomic against every other thread and task of the process. Several processes (or
     replicas) need the Redis backend.
 
+    Nothing live is ever evicted to make room (see the module documentation): at a limit,
+    what is expired is dropped and, if that frees no room, the new session, counter or
+    record is refused with :class:`StateFullError`.
+
     Args:
         clock: seconds since the epoch (``time.time``); windows are ``floor(now / window)``.
-        max_sessions: sessions kept at most; the least recently used are dropped first.
-        max_entries: counters kept at most, and records kept at most.
+        max_sessions: live sessions kept at most.
+        max_entries: live counters kept at most, and live records kept at most.
+        max_sessions_per_caller: live sessions one caller may hold at most (``None``: no
+            bound but ``max_sessions``). The caller is the reservation's ``caller`` counter
+            id, derived from its tenant and subject; a reservation without one is bounded by
+            ``max_sessions`` only. A caller at its bound gets no new session until one of
+            its sessions expires, so that one caller cannot fill the store for the others.
     """
 
     name = "memory"
@@ -66,19 +102,86 @@ class MemoryStateStore:
         clock: Callable[[], float] = time.time,
         max_sessions: int = DEFAULT_MAX_SESSIONS,
         max_entries: int = DEFAULT_MAX_ENTRIES,
+        max_sessions_per_caller: int | None = None,
     ) -> None:
+        if max_sessions < 1 or max_entries < 1:
+            raise ValueError("max_sessions and max_entries must be at least 1")
+        if max_sessions_per_caller is not None and max_sessions_per_caller < 1:
+            raise ValueError("max_sessions_per_caller must be at least 1")
         self._clock = clock
         self._lock = threading.Lock()
         self._max_sessions = max_sessions
         self._max_entries = max_entries
-        self._sessions: collections.OrderedDict[str, _Session] = collections.OrderedDict()
+        self._max_per_caller = max_sessions_per_caller
+        self._sessions: dict[str, _Session] = {}
+        # live sessions per caller (only callers with one)
+        self._owned: collections.Counter[str] = collections.Counter()
         # (counter id, window) -> (window index, count)
-        self._counters: collections.OrderedDict[tuple[str, int], tuple[int, int]] = (
-            collections.OrderedDict()
-        )
-        self._records: collections.OrderedDict[tuple[str, str], tuple[bytes, float]] = (
-            collections.OrderedDict()
-        )
+        self._counters: dict[tuple[str, int], tuple[int, int]] = {}
+        self._records: dict[tuple[str, str], tuple[bytes, float]] = {}
+        # When each entry may have expired, soonest first: (time, key). An entry's time is
+        # pushed whenever it moves later; the stale ones are skipped when popped.
+        self._session_queue: list[tuple[float, str]] = []
+        self._counter_queue: list[tuple[int, str, int]] = []
+        self._record_queue: list[tuple[float, str, str]] = []
+
+    # expiry
+
+    def _drop_session(self, key: str) -> None:
+        session = self._sessions.pop(key)
+        if session.owner is not None:
+            self._owned[session.owner] -= 1
+            if self._owned[session.owner] <= 0:
+                del self._owned[session.owner]
+
+    def _expire_sessions(self, now: float, most: int | None) -> None:
+        # Drops expired sessions (and only those), at most `most` queue entries' worth;
+        # each entry is popped once: amortised O(log n) per write.
+        queue = self._session_queue
+        while queue and queue[0][0] <= now and (most is None or most > 0):
+            _, key = heapq.heappop(queue)
+            session = self._sessions.get(key)
+            if session is not None and session.expires <= now:
+                self._drop_session(key)
+            most = None if most is None else most - 1
+
+    def _expire_counters(self, now: float, most: int | None) -> None:
+        # Drops the counters whose window has closed (and only those).
+        queue = self._counter_queue
+        while queue and queue[0][0] <= now and (most is None or most > 0):
+            _, counter, window = heapq.heappop(queue)
+            entry = self._counters.get((counter, window))
+            if entry is not None and (entry[0] + 1) * window <= now:
+                del self._counters[(counter, window)]
+            most = None if most is None else most - 1
+
+    def _expire_records(self, now: float, most: int | None) -> None:
+        # Drops the records whose time to live has passed (and only those).
+        queue = self._record_queue
+        while queue and queue[0][0] <= now and (most is None or most > 0):
+            _, namespace, key = heapq.heappop(queue)
+            record = self._records.get((namespace, key))
+            if record is not None and record[1] <= now:
+                del self._records[(namespace, key)]
+            most = None if most is None else most - 1
+
+    def _compact(self) -> None:
+        # Rebuilds a queue that holds many stale times (an entry renewed again and again).
+        if len(self._session_queue) > 2 * len(self._sessions) + _QUEUE_SLACK:
+            self._session_queue = [(s.expires, key) for key, s in self._sessions.items()]
+            heapq.heapify(self._session_queue)
+        if len(self._counter_queue) > 2 * len(self._counters) + _QUEUE_SLACK:
+            self._counter_queue = [
+                ((index + 1) * window, counter, window)
+                for (counter, window), (index, _count) in self._counters.items()
+            ]
+            heapq.heapify(self._counter_queue)
+        if len(self._record_queue) > 2 * len(self._records) + _QUEUE_SLACK:
+            self._record_queue = [
+                (expires, namespace, key)
+                for (namespace, key), (_value, expires) in self._records.items()
+            ]
+            heapq.heapify(self._record_queue)
 
     # sessions and counters
 
@@ -87,9 +190,8 @@ class MemoryStateStore:
         if session is None:
             return None
         if session.expires <= now:
-            del self._sessions[key]
+            self._drop_session(key)
             return None
-        self._sessions.move_to_end(key)
         return session
 
     def _count(self, counter: str, window: int, now: float) -> int:
@@ -112,10 +214,66 @@ class MemoryStateStore:
             }
         return Snapshot(view, counts)
 
+    def _fresh_counters(self, reservation: Reservation) -> int:
+        keys = {
+            (counter, window)
+            for counter in reservation.counters.values()
+            for window in reservation.windows
+        }
+        return sum(key not in self._counters for key in keys)
+
+    def _make_room(self, reservation: Reservation, creates_session: bool, now: float) -> None:
+        # Refuses (before anything is written) a reservation that needs more room than the
+        # live state leaves, once everything expired is dropped.
+        if len(self._counters) + self._fresh_counters(reservation) > self._max_entries:
+            self._expire_counters(now, None)
+            if len(self._counters) + self._fresh_counters(reservation) > self._max_entries:
+                raise StateFullError("the quota state is full: no new counter can be kept")
+        if not creates_session:
+            return
+        if len(self._sessions) >= self._max_sessions:
+            self._expire_sessions(now, None)
+            if len(self._sessions) >= self._max_sessions:
+                raise StateFullError("the session state is full: no new session can be kept")
+        owner = reservation.counters.get("caller")
+        if self._max_per_caller is None or owner is None:
+            return
+        if self._owned[owner] >= self._max_per_caller:
+            self._expire_sessions(now, None)
+            if self._owned[owner] >= self._max_per_caller:
+                raise StateFullError("the caller holds as many sessions as it may")
+
+    def _increment(self, reservation: Reservation, now: float) -> None:
+        for counter in reservation.counters.values():
+            for window in reservation.windows:
+                index = int(now // window)
+                key = (counter, window)
+                entry = self._counters.get(key)
+                if entry is not None and entry[0] == index:
+                    self._counters[key] = (index, entry[1] + 1)
+                else:
+                    self._counters[key] = (index, 1)
+                    heapq.heappush(self._counter_queue, ((index + 1) * window, counter, window))
+
+    def _new_session(self, key: str, reservation: Reservation, now: float) -> _Session:
+        owner = reservation.counters.get("caller")
+        session = _Session(expires=now, owner=owner)
+        self._sessions[key] = session
+        if owner is not None:
+            self._owned[owner] += 1
+        return session
+
     async def reserve(self, reservation: Reservation) -> Reserved:
-        """Compare the version, check every limit, then write everything (one lock hold)."""
+        """Compare the version, check every limit and the room, then write (one lock hold).
+
+        Raises:
+            StateFullError: the reservation needs a new session or counter and the store
+                is full of live ones (nothing is written).
+        """
         with self._lock:
             now = self._clock()
+            self._expire_sessions(now, _EXPIRY_STEP)
+            self._expire_counters(now, _EXPIRY_STEP)
             session = (
                 self._session(reservation.session, now) if reservation.session is not None else None
             )
@@ -128,23 +286,13 @@ class MemoryStateStore:
                 counter = reservation.counters[scope]
                 if self._count(counter, window, now) >= most:
                     return Reserved("quota", limit=limit)
-            for counter in reservation.counters.values():
-                for window in reservation.windows:
-                    index = int(now // window)
-                    key = (counter, window)
-                    entry = self._counters.get(key)
-                    count = entry[1] if entry is not None and entry[0] == index else 0
-                    self._counters[key] = (index, count + 1)
-                    self._counters.move_to_end(key)
-            while len(self._counters) > self._max_entries:
-                self._counters.popitem(last=False)
+            self._make_room(reservation, reservation.session is not None and session is None, now)
+            self._increment(reservation, now)
             if reservation.session is None:
+                self._compact()
                 return Reserved("ok")
             if session is None:
-                session = _Session(expires=now)
-                self._sessions[reservation.session] = session
-                while len(self._sessions) > self._max_sessions:
-                    self._sessions.popitem(last=False)
+                session = self._new_session(reservation.session, reservation, now)
             fresh = set(reservation.labels) - session.labels
             if fresh:
                 session.labels |= fresh
@@ -159,6 +307,8 @@ class MemoryStateStore:
             while len(session.history) > reservation.history_max:
                 session.history.popleft()
             session.expires = now + reservation.session_ttl_s
+            heapq.heappush(self._session_queue, (session.expires, reservation.session))
+            self._compact()
             return Reserved("ok", seq=session.seq)
 
     async def record_outcome(self, session: str, seq: int, tool: str, outcome: str) -> None:
@@ -186,19 +336,32 @@ class MemoryStateStore:
         return entry[0]
 
     def _store(self, key: tuple[str, str], value: bytes, ttl_s: float, now: float) -> None:
-        self._records[key] = (bytes(value), now + check_record_ttl(ttl_s) / 1000)
-        self._records.move_to_end(key)
-        while len(self._records) > self._max_entries:
-            self._records.popitem(last=False)
+        self._expire_records(now, _EXPIRY_STEP)
+        if key not in self._records and len(self._records) >= self._max_entries:
+            self._expire_records(now, None)
+            if key not in self._records and len(self._records) >= self._max_entries:
+                raise StateFullError("the record state is full: no new record can be kept")
+        expires = now + check_record_ttl(ttl_s) / 1000
+        self._records[key] = (bytes(value), expires)
+        heapq.heappush(self._record_queue, (expires, *key))
+        self._compact()
 
     async def put_record(self, namespace: str, key: str, value: bytes, ttl_s: float) -> None:
-        """Store ``value`` for ``ttl_s`` seconds (replacing)."""
+        """Store ``value`` for ``ttl_s`` seconds (replacing).
+
+        Raises:
+            StateFullError: the key is new and the store is full of live records.
+        """
         check_record_ttl(ttl_s)
         with self._lock:
             self._store((namespace, key), value, ttl_s, self._clock())
 
     async def add_record(self, namespace: str, key: str, value: bytes, ttl_s: float) -> bool:
-        """Store ``value`` only if no live record has this key."""
+        """Store ``value`` only if no live record has this key.
+
+        Raises:
+            StateFullError: the key is new and the store is full of live records.
+        """
         check_record_ttl(ttl_s)
         with self._lock:
             now = self._clock()
