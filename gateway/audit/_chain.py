@@ -5,11 +5,15 @@ previous record's hash, or the genesis value) and ``hash``: HMAC-SHA256 when a k
 configured (the only form that resists someone who can write the files), plain SHA-256
 otherwise, over ``prev`` and the canonical JSON of the record without ``hash``. Changing,
 deleting, inserting or reordering any record breaks the chain at that record; a cut inside a
-line is a malformed record; a cut at a line boundary is caught by comparing the chain's end
-with the head file the sink keeps beside it: two fixed-size slots, each tagged with the
-chain's key, rewritten in turn in place, so that a rewrite torn by a crash leaves the other
-slot naming an earlier end, and a damaged or forged slot never reads as a plausible head
-(the older single-slot and ``[seq, hash]`` head files are still read).
+line is a malformed record; a cut at a line boundary is caught by comparing the chain with
+the head file the sink keeps beside it: two fixed-size slots, each tagged with the chain's
+key, rewritten in turn in place, so that a rewrite torn by a crash leaves the other slot
+naming an earlier end, and a damaged or forged slot never reads as a plausible head. A slot
+names the chain it belongs to by its first record's hash (the chain's identity: record 1's
+HMAC covers its content, and every later hash covers record 1), and the verifier requires
+the record at the head's ``seq`` to be there with the head's hash: another chain's head,
+copied over a cut chain's, never passes for its own (the heads of earlier versions are
+still read).
 
 A trail is a folder holding one chain per writer: no two processes ever append to one chain.
 The first writer of ``audit.jsonl`` writes that file; while it holds it, a second writes
@@ -275,20 +279,55 @@ def _check(  # noqa: PLR0911 - one early return per way a record can be bad
 #: (separate disk sectors and pages). After every commit the sink rewrites the *older* slot
 #: in place (``pwrite``), so a write torn by a crash damages only that one slot and the other
 #: still names an earlier end of the chain. Each slot is
-#: ``gateway-audit-head 2 <seq, 20 digits> <hash> <tag>\n``; the tag is a keyed BLAKE2b MAC
-#: of what precedes it, under a key derived from the chain's (unkeyed BLAKE2b without one),
-#: so a torn or edited slot never reads as a plausible head, and without the key nobody can
-#: write one. The head
-#: is the newest intact slot.
-HEAD_SLOT_SIZE: Final = 172
+#: ``gateway-audit-head 3 <seq, 20 digits> <chain> <hash> <tag>\n``: ``chain`` is the hash
+#: of the chain's first record (:data:`GENESIS` while it has none), the chain's identity;
+#: ``hash`` is record ``seq``'s. The tag is a keyed BLAKE2b MAC of what precedes it, under a
+#: key derived from the chain's (unkeyed BLAKE2b without one), so a torn or edited slot never
+#: reads as a plausible head, without the key nobody can write one, and a slot names the one
+#: chain it was written for. The head is the newest intact slot.
+HEAD_SLOT_SIZE: Final = 237
 HEAD_SLOT_STRIDE: Final = 4096
 HEAD_FILE_SIZE: Final = HEAD_SLOT_STRIDE + HEAD_SLOT_SIZE
-_HEAD_MAGIC: Final = b"gateway-audit-head 2 "
-_HEAD_SLOT: Final = re.compile(rb"gateway-audit-head 2 ([0-9]{20}) ([0-9a-f]{64}) ([0-9a-f]{64})\n")
+_HEAD_MAGIC: Final = b"gateway-audit-head 3 "
+_HEAD_SLOT: Final = re.compile(
+    rb"gateway-audit-head 3 ([0-9]{20}) ([0-9a-f]{64}) ([0-9a-f]{64}) ([0-9a-f]{64})\n"
+)
+# The two-slot head of the previous version, which does not name its chain; still read.
+_V2_SLOT_SIZE: Final = 172
+_V2_FILE_SIZE: Final = HEAD_SLOT_STRIDE + _V2_SLOT_SIZE
+_V2_MAGIC: Final = b"gateway-audit-head 2 "
+_V2_SLOT: Final = re.compile(rb"gateway-audit-head 2 ([0-9]{20}) ([0-9a-f]{64}) ([0-9a-f]{64})\n")
 # The single-slot head of earlier versions (a CRC-32 instead of a tag); still read.
 _V1_SIZE: Final = 116
 _V1_MAGIC: Final = b"gateway-audit-head 1 "
 _V1_SLOT: Final = re.compile(rb"gateway-audit-head 1 ([0-9]{20}) ([0-9a-f]{64}) ([0-9a-f]{8})\n")
+# A slot's tag: 64 hex digits and the newline.
+_TAG_TAIL: Final = 65
+
+#: The forms of a head file, oldest first: ``[seq, hash]``, one slot, two slots, two slots
+#: naming the chain (:data:`HEAD_SLOT_SIZE`).
+HEAD_JSON: Final = 0
+HEAD_V1: Final = 1
+HEAD_V2: Final = 2
+HEAD_V3: Final = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """What a head file says: its chain holds at least records 1 to ``seq``.
+
+    Attributes:
+        seq: the number of the last record the head names (0: none yet).
+        hash: that record's hash (:data:`GENESIS` for none).
+        chain: the hash of the chain's first record (:data:`GENESIS` while it has none),
+            or ``None`` for a head of an earlier form, which does not name its chain.
+        form: which form the head file has (:data:`HEAD_V3` is what the sink writes).
+    """
+
+    seq: int
+    hash: str
+    chain: str | None
+    form: int = HEAD_V3
 
 
 @functools.lru_cache(maxsize=16)
@@ -307,34 +346,62 @@ def _tag(body: bytes, key: bytes | None) -> bytes:
     return mac.hexdigest().encode("ascii")
 
 
-def encode_head(seq: int, digest: str, key: bytes | None = None) -> bytes:
-    """The head slot recording that a chain ends at record ``seq`` whose hash is ``digest``."""
-    body = _HEAD_MAGIC + b"%020d %s " % (seq, digest.encode("ascii"))
+def encode_head(seq: int, digest: str, key: bytes | None = None, chain: str = GENESIS) -> bytes:
+    """The head slot recording that a chain ends at record ``seq`` whose hash is ``digest``.
+
+    ``chain`` is the hash of the chain's first record (:data:`GENESIS` while it has none):
+    the slot is tagged with it, so it never reads as the head of another chain.
+    """
+    body = _HEAD_MAGIC + b"%020d %s %s " % (seq, chain.encode("ascii"), digest.encode("ascii"))
     slot = body + _tag(body, key) + b"\n"
     if len(slot) != HEAD_SLOT_SIZE:
         raise ValueError("head out of range")
     return slot
 
 
-def head_slots(raw: bytes, key: bytes | None = None) -> tuple[tuple[int, str] | None, ...]:
-    """The ``(seq, hash)`` of each slot of a two-slot head file's bytes (``None``: not intact)."""
-    found: list[tuple[int, str] | None] = []
+def decode_head_slots(raw: bytes, key: bytes | None = None) -> tuple[Head | None, ...]:
+    """Each slot of a two-slot head file's bytes (``None``: not intact under ``key``).
+
+    ``raw`` is of this version's form (:data:`HEAD_FILE_SIZE` bytes) or of the previous
+    one's, whose slots do not name their chain (``Head.chain`` is ``None``).
+    """
+    current = len(raw) == HEAD_FILE_SIZE
+    size, pattern = (HEAD_SLOT_SIZE, _HEAD_SLOT) if current else (_V2_SLOT_SIZE, _V2_SLOT)
+    found: list[Head | None] = []
     for offset in (0, HEAD_SLOT_STRIDE):
-        data = raw[offset : offset + HEAD_SLOT_SIZE]
-        slot = _HEAD_SLOT.fullmatch(data)
-        if slot is None or not hmac.compare_digest(slot[3], _tag(data[: -len(slot[3]) - 1], key)):
+        data = raw[offset : offset + size]
+        slot = pattern.fullmatch(data)
+        if slot is None or not hmac.compare_digest(
+            data[-_TAG_TAIL:-1], _tag(data[:-_TAG_TAIL], key)
+        ):
             found.append(None)
+        elif current:
+            found.append(Head(int(slot[1]), slot[3].decode("ascii"), slot[2].decode("ascii")))
         else:
-            found.append((int(slot[1]), slot[2].decode("ascii")))
+            found.append(Head(int(slot[1]), slot[2].decode("ascii"), None, HEAD_V2))
     return tuple(found)
 
 
-def read_head(head: Path, key: bytes | None = None) -> tuple[int, str]:
-    """The ``seq`` and hash a head file holds: its newest intact slot (or an older head).
+def head_slots(raw: bytes, key: bytes | None = None) -> tuple[tuple[int, str] | None, ...]:
+    """The ``(seq, hash)`` of each slot of a two-slot head file's bytes (``None``: not intact)."""
+    return tuple(
+        None if slot is None else (slot.seq, slot.hash) for slot in decode_head_slots(raw, key)
+    )
 
-    ``key`` is the chain's: a slot is intact only if its tag is the HMAC of its contents
-    under that key. The single-slot and ``[seq, hash]`` heads of earlier versions are read
-    as they were written.
+
+def _newest(slots: Iterable[Head | None]) -> Head:
+    intact = [slot for slot in slots if slot is not None]
+    if not intact:
+        raise MalformedRecordError("no intact head slot (both torn or damaged)")
+    return max(intact, key=lambda slot: (slot.seq, slot.hash))
+
+
+def load_head(head: Path, key: bytes | None = None) -> Head:
+    """What a head file says: its newest intact slot (or a head of an earlier form).
+
+    ``key`` is the chain's: a slot is intact only if its tag verifies under that key. The
+    two-slot, single-slot and ``[seq, hash]`` heads of earlier versions are read as they
+    were written; they do not name their chain.
 
     Raises:
         MalformedRecordError: no slot is intact (a torn write damages only one; both
@@ -342,16 +409,13 @@ def read_head(head: Path, key: bytes | None = None) -> tuple[int, str]:
         OSError: the head cannot be read.
     """
     raw = head.read_bytes()
-    if len(raw) == HEAD_FILE_SIZE:
-        intact = [slot for slot in head_slots(raw, key) if slot is not None]
-        if not intact:
-            raise MalformedRecordError("no intact head slot (both torn or damaged)")
-        return max(intact)
-    if raw.startswith((_HEAD_MAGIC, _V1_MAGIC)):
+    if len(raw) in (HEAD_FILE_SIZE, _V2_FILE_SIZE):
+        return _newest(decode_head_slots(raw, key))
+    if raw.startswith((_HEAD_MAGIC, _V2_MAGIC, _V1_MAGIC)):
         v1 = _V1_SLOT.fullmatch(raw)
         if v1 is None or int(v1[3], 16) != zlib.crc32(raw[: -len(v1[3]) - 1]):
             raise MalformedRecordError("torn or damaged head slot")
-        return int(v1[1]), v1[2].decode("ascii")
+        return Head(int(v1[1]), v1[2].decode("ascii"), None, HEAD_V1)
     if len(raw) > 200:  # [19 digits, "64 hex"] with room to spare
         raise MalformedRecordError("expected [seq, hash]")
     value = decode(raw)
@@ -364,21 +428,69 @@ def read_head(head: Path, key: bytes | None = None) -> tuple[int, str]:
         and _DIGEST.fullmatch(value[1]) is not None
     ):
         raise MalformedRecordError("expected [seq, hash]")
-    return value[0], value[1]
+    return Head(value[0], value[1], None, HEAD_JSON)
 
 
-def _check_head(
+def read_head(head: Path, key: bytes | None = None) -> tuple[int, str]:
+    """The ``seq`` and hash a head file holds: its newest intact slot (or an older head).
+
+    As :func:`load_head`, without the chain it names.
+
+    Raises:
+        MalformedRecordError: no slot is intact, or the file is no head at all.
+        OSError: the head cannot be read.
+    """
+    found = load_head(head, key)
+    return found.seq, found.hash
+
+
+def first_hash(chain: Path) -> str | None:
+    """The hash of the first record of the chain whose active file is ``chain``.
+
+    :data:`GENESIS` when the chain has no record; ``None`` when its first line is not a
+    record 1 (the verifier reports that line). Reads one line.
+
+    Raises:
+        OSError: a file cannot be read.
+    """
+    for path in trail_files(chain):
+        with path.open("rb") as handle:
+            line = handle.readline()
+        if not line:
+            continue
+        if not line.endswith(b"\n"):
+            return None
+        try:
+            record = decode(line[:-1])
+        except MalformedRecordError:
+            return None
+        if not isinstance(record, dict) or _field_problem(record) is not None:
+            return None
+        return str(record["hash"]) if record["seq"] == 1 else None
+    return GENESIS
+
+
+@dataclass(slots=True)
+class _Seen:
+    # What the verifier keeps of a chain to compare with its head: record 1 and record
+    # ``wanted`` (the head's), their hashes and where they are.
+    wanted: int
+    first: str = GENESIS
+    first_at: tuple[Path, int] | None = None
+    held: str = GENESIS
+    held_at: tuple[Path, int] | None = None
+
+
+def _check_head(  # noqa: PLR0911 - one early return per way a head can disagree
     head: Path,
-    last_seq: int,
-    last_hash: str,
+    named: Head,
+    count: int,
+    seen: _Seen,
+    *,
     last_line: tuple[Path, int] | None,
     key: bytes | None,
 ) -> str | None:
-    try:
-        seq, digest = read_head(head, key)
-    except MalformedRecordError as exc:
-        return f"{head}: unreadable head ({exc})"
-    if key is not None and head.stat().st_size != HEAD_FILE_SIZE:
+    if key is not None and named.form < HEAD_V2:
         # The earlier head forms carry no tag: anyone could write one naming an earlier
         # end, so under a key they prove nothing. A writer of this version rewrites the
         # head in the keyed form when it opens the trail.
@@ -387,20 +499,33 @@ def _check_head(
             "from the end; opening the trail for writing rewrites it, or verify without "
             "the head)"
         )
-    # The head trails the file by at most one batch after a crash, so only a chain that
-    # ends before the head, or a different hash at the same record, is tampering. Either
-    # way the message names where the first bad record is (or should be).
-    path, number = last_line if last_line is not None else (head, 0)
-    if seq > last_seq:
+    if named.seq == 0:
+        if named.hash != GENESIS or named.chain not in (None, GENESIS):
+            return f"{head}: the head names no record but not the genesis hash (not a head)"
+        return None
+    # The head trails the chain by at most one batch after a crash, so a chain that ends
+    # before the head, another record at the head's seq or another first record than the
+    # head's is tampering. Each message names where the first bad record is (or should be).
+    if named.chain is not None and seen.first_at is not None and named.chain != seen.first:
+        path, number = seen.first_at
         return (
-            f"{path}:{number + 1}: record {last_seq + 1} is missing: the trail ends at record "
-            f"{last_seq} but the head {head} says {seq} (records were truncated)"
+            f"{path}:{number}: record 1 is not the first record of the chain the head {head} "
+            "names (the head is another chain's, or the chain was replaced)"
         )
-    if seq == last_seq and digest != last_hash:
+    if named.seq > count:
+        path, number = last_line if last_line is not None else (head, 0)
         return (
-            f"{path}:{max(number, 1)}: record {seq} does not match the head {head} "
-            "(the last record was replaced)"
+            f"{path}:{number + 1}: record {count + 1} is missing: the trail ends at record "
+            f"{count} but the head {head} says {named.seq} (records were truncated)"
         )
+    if seen.held_at is not None and not hmac.compare_digest(named.hash, seen.held):
+        path, number = seen.held_at
+        cause = (
+            "the last record was replaced"
+            if named.seq == count
+            else "a record was replaced, or the head is another chain's"
+        )
+        return f"{path}:{number}: record {named.seq} does not match the head {head} ({cause})"
     return None
 
 
@@ -409,33 +534,47 @@ def verify(
 ) -> VerifyResult:
     """Verify one chain given as its files in order.
 
-    Never raises for what the files hold: every malformed record or head is a failed result
-    naming it.
+    With ``head``, the chain must hold the record the head names, with the head's hash, and
+    (for a head of this version) begin with the first record the head names: a chain cut
+    below its head, or given another chain's head, fails. Never raises for what the files
+    hold: every malformed record or head is a failed result naming it.
 
     Args:
         paths: the files, oldest first.
         key: the HMAC key, when the chain was written with one.
-        head: the head file to compare the end of the chain with (truncation check).
+        head: the head file to compare the chain with (truncation check).
 
     Raises:
         OSError: a file cannot be read.
     """
     files = list(paths)
+    named: Head | None = None
+    problem: str | None = None
+    if head is not None and head.exists():
+        try:
+            named = load_head(head, key)
+        except MalformedRecordError as exc:
+            problem = f"{head}: unreadable head ({exc})"
+    seen = _Seen(named.seq if named is not None else -1)
     prev = GENESIS
     count = 0
     # Where the last line read is: a missing record is named as the line after it.
     last_line: tuple[Path, int] | None = (files[0], 0) if files else None
     for path, number, line in _lines(files):
         last_line = (path, number)
-        problem, digest = _check(line, count + 1, prev, key)
-        if problem is not None:
-            return VerifyResult(False, count, f"{path}:{number}: {problem}", count, prev)
+        bad, digest = _check(line, count + 1, prev, key)
+        if bad is not None:
+            return VerifyResult(False, count, f"{path}:{number}: {bad}", count, prev)
         prev = digest
         count += 1
-    if head is not None and head.exists():
-        problem = _check_head(head, count, prev, last_line, key)
-        if problem is not None:
-            return VerifyResult(False, count, problem, count, prev)
+        if count == 1:
+            seen.first, seen.first_at = digest, last_line
+        if count == seen.wanted:
+            seen.held, seen.held_at = digest, last_line
+    if named is not None and head is not None:
+        problem = _check_head(head, named, count, seen, last_line=last_line, key=key)
+    if problem is not None:
+        return VerifyResult(False, count, problem, count, prev)
     return VerifyResult(True, count, None, count, prev)
 
 
@@ -454,6 +593,12 @@ def trail_exists(path: Path) -> bool:
 
 
 _WRITER_NAME: Final = re.compile(r"(.+)\.w[1-9][0-9]*(\.[^.]*)?")
+
+
+def trail_base(chain: Path) -> Path:
+    """The trail ``chain`` is a writer's chain of: ``audit.jsonl`` for ``audit.w2.jsonl``."""
+    match = _WRITER_NAME.fullmatch(chain.name)
+    return chain.with_name(match.group(1) + (match.group(2) or "")) if match else chain
 
 
 def _writers(path: Path, *, key: bytes | None, head: bool) -> list[tuple[Path, VerifyResult]]:
@@ -493,8 +638,5 @@ def verify_trail(
     """
     if not path.is_dir():
         return _writers(path, key=key, head=head)
-    bases: set[Path] = set()
-    for chain in folder_chains(path):
-        match = _WRITER_NAME.fullmatch(chain.name)
-        bases.add(path / (match.group(1) + (match.group(2) or "")) if match else chain)
+    bases = {trail_base(chain) for chain in folder_chains(path)}
     return [result for base in sorted(bases) for result in _writers(base, key=key, head=head)]

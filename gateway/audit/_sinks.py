@@ -28,15 +28,17 @@ from gateway.audit._chain import (
     GENESIS,
     HEAD_FILE_SIZE,
     HEAD_SLOT_STRIDE,
+    Head,
     MalformedRecordError,
     _plain,
     decode,
+    decode_head_slots,
     encode,
     encode_head,
+    first_hash,
     head_path,
-    head_slots,
+    load_head,
     lock_path,
-    read_head,
     trail_files,
     writer_path,
 )
@@ -130,11 +132,15 @@ class _Chainer:
     # ``hash`` and those after it are encoded apart, so that the hashed body (every member
     # but ``hash``) and the line (with it) are both spliced from the same two encodings.
     # The result is byte for byte ``encode(record)`` and ``record_hash`` (a property test
-    # holds it to them).
-    def __init__(self, key: bytes | None, seq: int = 0, prev: str = GENESIS) -> None:
+    # holds it to them). ``first`` is record 1's hash, the chain's identity (its head names
+    # it), GENESIS until there is one.
+    def __init__(
+        self, key: bytes | None, seq: int = 0, prev: str = GENESIS, first: str = GENESIS
+    ) -> None:
         self.key = key
         self.seq = seq
         self.prev = prev
+        self.first = first
         self._states = _hmac_states(key) if key is not None else None
 
     def chain(self, record: Mapping[str, Any]) -> dict[str, Any]:
@@ -174,6 +180,8 @@ class _Chainer:
         line = b"".join((head, b'"hash":"', digest.encode("ascii"), b'",', tail, b"\n"))
         chained = {**before, **after, "hash": digest}
         self.seq, self.prev = seq, digest
+        if seq == 1:
+            self.first = digest
         return chained, line
 
 
@@ -295,18 +303,18 @@ class JsonlFileSink:
         self._fd = -1
         self._head_fd = -1
         try:
-            seq, prev = self._recover()
+            seq, prev, first = self._recover()
             self._fd = os.open(
                 self._path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o640
             )
             self._size = os.fstat(self._fd).st_size
-            self._head_fd = self._open_head(seq, prev)
+            self._head_fd = self._open_head(seq, prev, first)
         except BaseException:
             for fd in (self._head_fd, self._fd, self._lock_fd):
                 if fd >= 0:
                     os.close(fd)
             raise
-        self._chainer = _Chainer(key, seq, prev)
+        self._chainer = _Chainer(key, seq, prev, first)
         self._segment = self._last_segment()
         # Appends take the lock alone; the syncer waits on the condition around it.
         self._lock = threading.Lock()
@@ -337,7 +345,8 @@ class JsonlFileSink:
         """The durability policy."""
         return self._policy
 
-    def _recover(self) -> tuple[int, str]:
+    def _recover(self) -> tuple[int, str, str]:
+        # The chain's last record (seq, hash) and its first record's hash (its identity).
         files = trail_files(self._path)
         last: bytes | None = None
         for candidate in reversed(files):
@@ -348,31 +357,32 @@ class JsonlFileSink:
                 raise AuditWriteError(f"audit trail {candidate} ends with a partial record")
             last = data.rstrip(b"\n").rsplit(b"\n", 1)[-1]
             break
-        if last is None:
-            return 0, GENESIS
-        malformed = AuditWriteError(f"audit trail {self._path} has a malformed last record")
-        try:
-            record = decode(last)
-        except MalformedRecordError:
-            raise malformed from None
-        seq = record.get("seq") if isinstance(record, dict) else None
-        digest = record.get("hash") if isinstance(record, dict) else None
-        if type(seq) is not int or not isinstance(digest, str):
-            raise malformed
+        seq, digest, first = 0, GENESIS, GENESIS
+        if last is not None:
+            malformed = AuditWriteError(f"audit trail {self._path} has a malformed last record")
+            try:
+                record = decode(last)
+            except MalformedRecordError:
+                raise malformed from None
+            last_seq = record.get("seq") if isinstance(record, dict) else None
+            last_hash = record.get("hash") if isinstance(record, dict) else None
+            if type(last_seq) is not int or not isinstance(last_hash, str):
+                raise malformed
+            seq, digest = last_seq, last_hash
+            # A damaged first record is the verifier's to report; the head then names none.
+            first = first_hash(self._path) or GENESIS
         head = head_path(self._path)
         if head.exists():
             # An unreadable head (a torn rewrite, say) is the verifier's to report; the chain
-            # resumes from its last record and the head is rewritten on the next commit.
+            # resumes from its last record and the head is rewritten on the next commit. A
+            # head that disagrees with the chain is not rewritten: that would hide a cut.
             with contextlib.suppress(MalformedRecordError):
-                head_seq, _ = read_head(head, self._key)
-                if head_seq > seq:
-                    raise AuditWriteError(
-                        f"audit trail {self._path} ends at record {seq} but its head says "
-                        f"{head_seq}: it was truncated"
-                    )
-        return seq, digest
+                problem = _resume_problem(load_head(head, self._key), seq, digest, first)
+                if problem is not None:
+                    raise AuditWriteError(f"audit trail {self._path} {problem}")
+        return seq, digest, first
 
-    def _open_head(self, seq: int, prev: str) -> int:
+    def _open_head(self, seq: int, prev: str, first: str) -> int:
         # The two-slot head file, and which slot the next commit rewrites: the one that is
         # not the newest intact slot. A missing head, or one of an earlier form, is replaced
         # whole by a fresh file naming the chain's end (atomically, through a temporary file),
@@ -383,8 +393,12 @@ class JsonlFileSink:
         except FileNotFoundError:
             raw = b""
         if len(raw) == HEAD_FILE_SIZE:
-            slots = head_slots(raw, self._key)
-            intact = [(slot, index) for index, slot in enumerate(slots) if slot is not None]
+            slots = decode_head_slots(raw, self._key)
+            intact = [
+                ((slot.seq, slot.hash), index)
+                for index, slot in enumerate(slots)
+                if slot is not None
+            ]
             newest = max(intact, default=None)
             self._head_next = 0 if newest is None else 1 - newest[1]
             self._head_seq = -1 if newest is None else newest[0][0]
@@ -395,7 +409,7 @@ class JsonlFileSink:
         fresh = head.with_name(head.name + ".tmp")
         fd = os.open(fresh, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o640)
         try:
-            os.pwrite(fd, encode_head(seq, prev, self._key), 0)
+            os.pwrite(fd, encode_head(seq, prev, self._key, first), 0)
             os.ftruncate(fd, HEAD_FILE_SIZE)
             if durable:
                 os.fsync(fd)
@@ -515,7 +529,7 @@ class JsonlFileSink:
         # older slot is rewritten, so a torn write leaves the newer one intact.
         if seq <= self._head_seq:
             return
-        slot = encode_head(seq, prev, self._key)
+        slot = encode_head(seq, prev, self._key, self._chainer.first)
         if self._write_slot(self._head_fd, slot, self._head_next * HEAD_SLOT_STRIDE) != len(slot):
             raise OSError("short write of the audit head")
         self._head_next ^= 1
@@ -606,6 +620,18 @@ class JsonlFileSink:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _resume_problem(head: Head, seq: int, digest: str, first: str) -> str | None:
+    # Why a chain ending at record ``seq`` (hash ``digest``), whose record 1 has the hash
+    # ``first``, is not the chain its intact head names; the message follows the trail's name.
+    if head.seq > seq:
+        return f"ends at record {seq} but its head says {head.seq}: it was truncated"
+    if head.seq > 0 and head.chain is not None and head.chain != first:
+        return "has the head of another chain (it names another first record)"
+    if head.seq == seq and head.hash != digest:
+        return f"does not match its head at record {seq}: its last record was replaced"
+    return None
 
 
 def _settle(waiters: list[_Waiter], error: AuditWriteError | None) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import json
 import shutil
 from pathlib import Path
 
@@ -48,9 +49,11 @@ def test_an_anchor_names_the_durable_head_and_verifies_against_the_trail(tmp_pat
 
     made = anchorer(chain, log).anchor_now()
 
-    assert made == Anchor("replica1", 5, made.hash if made else "", NOON.isoformat())
+    records = [json.loads(line) for line in chain.read_bytes().splitlines()]
+    first, last = records[0]["hash"], records[-1]["hash"]
+    assert made == [Anchor("replica1", 5, last, NOON.isoformat(), first, "audit.jsonl")]
     anchors, problems = read_anchors(log.path, KEY)
-    assert (anchors, problems) == ([made], [])
+    assert (anchors, problems) == (made, [])
     assert check_anchors(anchors, [chain]) == []
 
 
@@ -60,10 +63,10 @@ def test_an_unchanged_head_is_not_anchored_twice(tmp_path: Path) -> None:
     log = AnchorLog(tmp_path / "anchors.jsonl", KEY)
     keeper = anchorer(chain, log)
 
-    assert keeper.anchor_now() is not None
-    assert keeper.anchor_now() is None
+    assert len(keeper.anchor_now()) == 1
+    assert keeper.anchor_now() == []
     write(chain, 1)
-    assert keeper.anchor_now() is not None
+    assert len(keeper.anchor_now()) == 1
     assert len(read_anchors(log.path, KEY)[0]) == 2
 
 
