@@ -351,12 +351,13 @@ class AuditTable:
         "JSON pointers (`/card/number`) of arguments masked whatever their name.", ()
     )
     anchor_path: str | None = key(
-        "An anchor log kept apart from the trail (another volume or host): the chain's "
-        "durable head is added to it every `anchor_interval_s`, so that `gateway audit verify "
+        "An anchor log kept apart from the trail (another volume or host): the durable head "
+        "of every writer chain is added to it every `anchor_interval_s`, so that `gateway "
+        "audit verify "
         "--anchors` finds a trail deleted, cut or rolled back as a whole. Needs the audit key.",
         shown="none",
     )
-    anchor_interval_s: float = key("Seconds between two anchors of the chain's head.", 60.0)
+    anchor_interval_s: float = key("Seconds between two anchorings of the chains' heads.", 60.0)
     anchor_name: str | None = key(
         "The writer's name in the anchor log (default: the host's name and the chain file's).",
         shown="host:file",
