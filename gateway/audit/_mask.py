@@ -3,20 +3,29 @@
 A value is masked when its member name looks sensitive, when it sits at a configured JSON
 pointer, or when it is a string that looks like a credential itself. A masked value is
 replaced by a keyed digest (HMAC-SHA256), so equal secrets stay correlatable within a trail
-without being recoverable by guessing. The raw value is also scrubbed from every other string
-in the record (a policy message that echoes it, say).
+without being recoverable by guessing. A member *name* that looks like a credential itself
+(``{"AKIA...": 1}``) is replaced by its digest the same way, the member kept. The raw values
+are also scrubbed from the record's free text (:data:`TEXT_FIELDS`: a policy message that
+echoes one, say) and from the recorded documents (:data:`DOCUMENT_FIELDS`: another argument
+that repeats one, where a string holding one becomes its digest whole), never from the
+record's member names or its other fields, so that a caller whose secret equals a field
+name, a tool or an outcome cannot rewrite its own record.
 
 Member names are matched by *pattern*, not by a list of exact names. A name is first
 normalised into words (:func:`normalize_name`: ``"X-API-Key"``, ``"xApiKey"`` and
 ``"x.api.key"`` all become ``"x_api_key"``), then each pattern of :data:`DEFAULT_NAME_PATTERNS`
-is searched in it. The patterns cover a class of names (anything with *password*, *secret*,
-*token*, *credential*, *cookie*, *session*, *private*, ... in it, and *key* qualified by *api*,
+is searched in it. A name with characters beyond ASCII is also matched in its compatibility
+form, where full-width letters, the long s, the Kelvin sign, the sharp s, accents and
+invisible characters inside a word stand for the ASCII they look like (:func:`_compatible`).
+The patterns cover a class of names (anything with *password*, *secret*, *token*,
+*credential*, *cookie*, *session*, *private*, ... in it, and *key* qualified by *api*,
 *access*, *signing*, ...), so unforeseen spellings are masked too. They err on the side of
 masking: ``max_tokens``, ``token_count`` or ``private`` (a flag) are masked as well. A bare
 ``key`` is not (it names the key of a key-value store far more often than a credential).
 
 The OPA decision-log mask policy (``policies/system/log/mask.rego``) carries the same
-normalisation and the same default patterns; a test holds the two to one table.
+normalisation and the same default patterns; a test holds the two to one table. (The
+compatibility form is the gateway's alone: the policy matches a name as it is written.)
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ import hashlib
 import hmac
 import re
 import secrets
+import unicodedata
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
@@ -94,8 +104,9 @@ DEFAULT_NAME_PATTERNS: Final = (
     "conn(ection)?_?str(ing)?",
 )
 
-#: Patterns searched in every string value, whatever its member name: credentials that carry
-#: their own shape (bearer tokens, PEM private keys, JWTs, passwords in URLs, ``name=value``
+#: Patterns searched in every string value, whatever its member name, in every member name
+#: and in the free text of every record (:data:`TEXT_FIELDS`): credentials that carry their
+#: own shape (bearer tokens, PEM private keys, JWTs, passwords in URLs, ``name=value``
 #: assignments of credentials in free text, well-known token prefixes). A matching string is
 #: masked whole. Same dialect as :data:`DEFAULT_NAME_PATTERNS`; every repetition either has a
 #: fixed bound or starts after a character it cannot contain, so that no pattern takes more
@@ -227,6 +238,44 @@ def _normalize(key: str) -> str:
     return _NORMALIZE.sub("", key.lower())
 
 
+# What a name decomposes into that is no letter of its own: combining marks (accents, the dot
+# of U+0130) and invisible format characters (zero-width space, soft hyphen, joiners, ...).
+# Dropped, so that they cannot cut a word in two.
+_INVISIBLE: Final = frozenset({"Mn", "Me", "Cf"})
+_NON_ASCII: Final = re.compile(r"[^\x00-\x7f]+")
+# The only characters that reach ASCII by a change of case and not by their compatibility
+# decomposition (a test checks every code point): the sharp s by case folding, the dotless i
+# by its capital, as (?i) matches it to one.
+_CASED_ASCII: Final = (("\u00df", "ss"), ("\u1e9e", "SS"), ("\u0131", "i"))
+
+
+def _visible(run: re.Match[str], category: Callable[[str], str] = unicodedata.category) -> str:
+    return "".join([char for char in run.group() if category(char) not in _INVISIBLE])
+
+
+def _compatible(name: str) -> str:
+    """``name`` with every character beyond ASCII replaced by the ASCII it stands for.
+
+    The compatibility forms of NFKC, and case folding: full-width letters, the long s
+    (U+017F), the Kelvin sign (U+212A), ligatures, circled, modifier and mathematical letters
+    become the ASCII letters they stand for, their case kept (a full-width ``DB_PASSWORD``
+    becomes ``"DB_PASSWORD"``); the sharp s (U+00DF) becomes ``ss`` and the dotless i
+    (U+0131) an ``i``; combining marks (an accent, the dot of U+0130) and invisible
+    characters (a zero-width space inside ``token``) are dropped. ASCII is kept as it is (its
+    capitals mark words for :func:`normalize_name`), and so is a character that stands for no
+    ASCII (a Japanese letter): it separates words as before. Linear in the length of
+    ``name``; only what is still beyond ASCII after the decomposition is looked at one
+    character at a time.
+    """
+    if name.isascii():
+        return name
+    for char, letters in _CASED_ASCII:
+        # str.replace only scans a name without the character.
+        name = name.replace(char, letters)
+    text = unicodedata.normalize("NFKD", name)
+    return text if text.isascii() else _NON_ASCII.sub(_visible, text)
+
+
 # Word boundaries inside a run of letters and digits. Zero-width look-around keeps this linear
 # in Python's backtracking engine; the policy writes the same boundaries as four RE2
 # replacements (RE2 has no look-around), and a test holds the two forms to each other.
@@ -277,17 +326,38 @@ def _pointer(text: str) -> tuple[str, ...]:
     return tuple(part.replace("~1", "/").replace("~0", "~") for part in text[1:].split("/"))
 
 
+#: The members of an audit record that hold free text from a policy, a tool or an error: a
+#: decision's ``message`` and ``reasons``, an error's ``detail``, a failed tool's or a refused
+#: call's ``message``. :meth:`Masker.scrub` cleans these and no other member.
+TEXT_FIELDS: Final = ("message", "reasons", "detail")
+#: The members of an audit record that hold a masked document built from the call: its
+#: ``arguments`` and a policy's audit ``fields``. :meth:`Masker.scrub` replaces a string of
+#: theirs that holds a raw masked value (``{"api_key": k, "url": "...?key=" + k}``) by its
+#: digest, whole: an echo of a secret is hidden, and stays comparable with the others. The
+#: caller ``context`` is not among them: who called is never rewritten by what they sent.
+DOCUMENT_FIELDS: Final = ("arguments", "fields")
+#: Every member :meth:`Masker.scrub` cleans by default.
+SCRUBBED_FIELDS: Final = TEXT_FIELDS + DOCUMENT_FIELDS
+
+#: What :meth:`Masker.scrub` writes in place of a raw masked value in free text.
+SCRUBBED: Final = "[masked]"
+#: A digest as :meth:`Masker.digest` writes it (made unique with ``~n`` as a member name).
+_DIGEST: Final = re.compile(r"masked:[0-9a-f]{24}(?:~[0-9]+)?")
+
+
 class Masker:
     """Replaces sensitive values with ``"masked:<digest>"``.
 
     Args:
         keys: member names to mask wherever they occur, compared case-insensitively without
-            separators (default :data:`DEFAULT_MASKED_KEYS`).
+            separators, as written and in their compatibility form (default
+            :data:`DEFAULT_MASKED_KEYS`).
         patterns: regular expressions searched in every normalised member name
-            (:func:`normalize_name`); a match masks the member's whole value (default
-            :data:`DEFAULT_NAME_PATTERNS`).
-        values: regular expressions searched in every string value; a match masks that
-            string (default :data:`DEFAULT_VALUE_PATTERNS`).
+            (:func:`normalize_name`), and in that of its compatibility form; a match masks
+            the member's whole value (default :data:`DEFAULT_NAME_PATTERNS`).
+        values: regular expressions searched in every string value, every member name and
+            the free text of every record; a match masks that string (default
+            :data:`DEFAULT_VALUE_PATTERNS`).
         pointers: JSON pointers (RFC 6901) of further values to mask, relative to the
             document being masked (``/card/number``).
         key: the HMAC key; a random one per process when omitted.
@@ -305,7 +375,9 @@ class Masker:
         pointers: Iterable[str] = (),
         key: bytes | None = None,
     ) -> None:
-        self._keys = frozenset(_normalize(name) for name in keys)
+        self._keys = frozenset(
+            _normalize(form) for name in keys for form in (name, _compatible(name))
+        )
         self._names = _pattern(patterns, "name")
         texts = list(values)
         self._values = _ValuePatterns(texts) if texts else None
@@ -317,19 +389,30 @@ class Masker:
         self._innocent_values: set[str] = set()
 
     def sensitive_name(self, name: str) -> bool:
-        """Whether a member called ``name`` has its value masked wherever it occurs."""
+        """Whether a member called ``name`` has its value masked wherever it occurs.
+
+        A name beyond ASCII is judged as written and in its compatibility form
+        (:func:`_compatible`: full-width ``password`` as ``"password"``); either one that
+        matches masks it.
+        """
         if len(name) > MAX_NAME_LENGTH:
             return True
         verdicts = self._name_verdicts
         verdict = verdicts.get(name)
         if verdict is None:
-            verdict = _normalize(name) in self._keys or (
-                self._names is not None and self._names.search(normalize_name(name)) is not None
-            )
+            verdict = self._matches(name)
+            if not verdict and not name.isascii():
+                compatible = _compatible(name)
+                verdict = compatible != name and self._matches(compatible)
             if len(verdicts) >= _NAME_MEMO:
                 verdicts.clear()
             verdicts[name] = verdict
         return verdict
+
+    def _matches(self, name: str) -> bool:
+        return _normalize(name) in self._keys or (
+            self._names is not None and self._names.search(normalize_name(name)) is not None
+        )
 
     def sensitive_value(self, value: str) -> bool:
         """Whether a string looks like a credential by itself (masked whatever its name)."""
@@ -363,24 +446,42 @@ class Masker:
         return "masked:" + mac.hexdigest()[:24]
 
     def mask(self, document: Any, found: list[str] | None = None) -> Any:
-        """A masked copy of ``document``; raw masked strings are appended to ``found``."""
+        """A masked copy of ``document``; raw masked strings are appended to ``found``.
+
+        A member name that looks like a credential (:meth:`sensitive_value`) is replaced by
+        its digest, one made unique within its object if need be: no member is lost.
+        """
         sink = found if found is not None else []
         return self._walk(document, (), sink)
 
     def _walk(self, node: Any, path: tuple[str, ...], found: list[str]) -> Any:
         if path and path in self._pointers:
             return self._replace(node, found)
+        # The memos are read in place first: nearly every name and value was seen before.
+        innocent = self._innocent_values
         if isinstance(node, dict):
-            result = {}
+            verdicts = self._name_verdicts
+            result: dict[Any, Any] = {}
             for name, value in node.items():
-                if isinstance(name, str) and self.sensitive_name(name):
-                    result[name] = self._replace(value, found)
-                else:
+                if not isinstance(name, str):
                     result[name] = self._walk(value, (*path, str(name)), found)
+                    continue
+                # Pointers name the members as the document does, a masked name included.
+                recorded = name
+                if name not in innocent and self.sensitive_value(name):
+                    _found(name, found)
+                    recorded = _unique(self.digest(name), node, result)
+                sensitive = verdicts.get(name)
+                if sensitive is None:
+                    sensitive = self.sensitive_name(name)
+                if sensitive:
+                    result[recorded] = self._replace(value, found)
+                else:
+                    result[recorded] = self._walk(value, (*path, name), found)
             return result
         if isinstance(node, list):
             return [self._walk(item, (*path, str(index)), found) for index, item in enumerate(node)]
-        if isinstance(node, str) and self.sensitive_value(node):
+        if isinstance(node, str) and node not in innocent and self.sensitive_value(node):
             return self._replace(node, found)
         return node
 
@@ -389,11 +490,10 @@ class Masker:
         while stack:
             item = stack.pop()
             if isinstance(item, str):
-                found.append(item)
                 if self.sensitive_value(item):
-                    # The credential inside the text may be echoed without its surroundings
-                    # (the token of "Bearer <token>"): its credential-sized pieces go too.
-                    found.extend(p for p in _PIECES.split(item) if len(p) >= _MIN_PIECE)
+                    _found(item, found)
+                else:
+                    found.append(item)
             elif isinstance(item, dict):
                 stack.extend(item.values())
             elif isinstance(item, list):
@@ -402,23 +502,98 @@ class Masker:
                 found.append(str(item))
         return self.digest(value)
 
-    @staticmethod
-    def scrub(record: Any, secrets_found: Iterable[str]) -> Any:
-        """Remove every occurrence of the given raw values from all strings in ``record``."""
-        needles = sorted({s for s in secrets_found if len(s) >= _MIN_SCRUB}, key=len, reverse=True)
-        if not needles:
-            return record
+    def scrub(
+        self,
+        record: dict[str, Any],
+        secrets_found: Iterable[str],
+        fields: Iterable[str] = SCRUBBED_FIELDS,
+    ) -> dict[str, Any]:
+        """A copy of ``record`` whose free text shows neither a raw masked value nor a credential.
 
-        def clean(node: Any) -> Any:
-            if isinstance(node, str):
-                for needle in needles:
-                    if needle in node:
-                        node = node.replace(needle, "[masked]")
+        Only the members named in ``fields`` are cleaned, at any depth inside them. In free
+        text (:data:`TEXT_FIELDS`) every occurrence of a value of ``secrets_found`` (those of
+        four characters or more) becomes ``[masked]`` (overlapping occurrences as one); in a
+        recorded document (:data:`DOCUMENT_FIELDS`, masked already) a string holding one
+        becomes its digest, whole (digests already there are left as they are). In free
+        text, a string that still looks like a credential (:meth:`sensitive_value`) then
+        becomes its digest. In an object inside
+        those members, a name holding either becomes its digest, made unique within the
+        object. No other member is changed, nor any member name of the record: a secret
+        that equals a field name, a tool name or an outcome leaves them be.
+        """
+        needles = tuple({s for s in secrets_found if len(s) >= _MIN_SCRUB})
+        if not needles and self._values is None:
+            return dict(record)
+        result = dict(record)
+        for field in fields:
+            if field in result:
+                whole = field in DOCUMENT_FIELDS
+                if whole and not needles:
+                    continue  # masked already: nothing of a credential's shape is left there
+                result[field] = self._clean(result[field], needles, whole=whole)
+        return result
+
+    def _clean(self, node: Any, needles: tuple[str, ...], *, whole: bool) -> Any:
+        if isinstance(node, str):
+            if whole:
+                # A masked document: what looked like a credential is a digest already.
+                if any(n in node for n in needles) and _DIGEST.fullmatch(node) is None:
+                    return self.digest(node)
                 return node
-            if isinstance(node, dict):
-                return {clean(k): clean(v) for k, v in node.items()}
-            if isinstance(node, list):
-                return [clean(item) for item in node]
-            return node
+            text = _scrubbed(node, needles)
+            return self.digest(node) if self.sensitive_value(text) else text
+        if isinstance(node, list):
+            return [self._clean(item, needles, whole=whole) for item in node]
+        if isinstance(node, dict):
+            result: dict[Any, Any] = {}
+            for name, value in node.items():
+                recorded = name
+                if isinstance(name, str) and (
+                    _scrubbed(name, needles) != name or self.sensitive_value(name)
+                ):
+                    recorded = _unique(self.digest(name), node, result)
+                result[recorded] = self._clean(value, needles, whole=whole)
+            return result
+        return node
 
-        return clean(record)
+
+def _found(text: str, found: list[str]) -> None:
+    # A string masked for its shape, and its credential-sized pieces: the credential inside
+    # the text may be echoed without its surroundings (the token of "Bearer <token>").
+    found.append(text)
+    found.extend(piece for piece in _PIECES.split(text) if len(piece) >= _MIN_PIECE)
+
+
+def _unique(name: str, taken: dict[Any, Any], given: dict[Any, Any]) -> str:
+    # A replacement member name that is no other name of the object, as it was (``taken``)
+    # or as it is being written (``given``): two members never become one.
+    candidate, count = name, 1
+    while candidate in taken or candidate in given:
+        count += 1
+        candidate = f"{name}~{count}"
+    return candidate
+
+
+def _scrubbed(text: str, needles: tuple[str, ...]) -> str:
+    # Every character of every occurrence of a needle, overlapping ones included, goes: each
+    # run of them becomes one SCRUBBED. (Replacing one needle after another would leave the
+    # part of a second needle that overlaps the first, and could match across a SCRUBBED.)
+    spans: list[tuple[int, int]] = []
+    for needle in needles:
+        start = text.find(needle)
+        while start >= 0:
+            spans.append((start, start + len(needle)))
+            start = text.find(needle, start + 1)
+    if not spans:
+        return text
+    spans.sort()
+    parts: list[str] = []
+    kept = 0
+    first, last = spans[0]
+    for start, end in spans[1:]:
+        if start > last:
+            parts += (text[kept:first], SCRUBBED)
+            kept, first = last, start
+        last = max(last, end)
+    parts += (text[kept:first], SCRUBBED, text[last:])
+    return "".join(parts)

@@ -343,7 +343,7 @@ class AuditTrail:
         message: str | None = None,
         secrets: Iterable[str] = (),
     ) -> dict[str, Any]:
-        """The outcome record of one call, with ``secrets`` scrubbed from its message."""
+        """The outcome record of one call, ``secrets`` and credentials kept out of its message."""
         record = self._base("outcome", definition.name, call_id, decision_id or self._new_id())
         record.update(
             {
@@ -353,7 +353,7 @@ class AuditTrail:
                 "latency_us": round(latency * 1e6),
             }
         )
-        return self._masker.scrub(record, secrets)  # type: ignore[no-any-return]
+        return self._masker.scrub(record, secrets)
 
     def refusal(
         self, call: ToolCall, *, code: str, message: str, request_id: str | None = None

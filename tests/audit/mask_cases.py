@@ -174,3 +174,47 @@ PLAIN_VALUES: Final = (
     "-----BEGIN PUBLIC KEY-----",
     "masked:0123456789abcdef01234567",
 )
+
+#: Credential names written in compatibility forms: full-width, circled, mathematical and
+#: modifier letters, the long s, the Kelvin sign, the sharp s, dotted and dotless i, accents
+#: and invisible characters inside a word. The gateway's masker masks each one; the OPA mask
+#: policy matches names as they are written, so its tests do not read this table.
+COMPATIBLE_NAMES: Final = (
+    "\uff50\uff41\uff53\uff53\uff57\uff4f\uff52\uff44",  # full-width password
+    "\uff24\uff22\uff3f\uff30\uff21\uff33\uff33\uff37\uff2f\uff32\uff24",  # DB_PASSWORD
+    "\uff44\uff42\uff30\uff41\uff53\uff53\uff57\uff4f\uff52\uff44",  # dbPassword
+    "\uff55\uff53\uff45\uff52\uff30\uff49\uff4e",  # userPin: a whole word, found by its capital
+    "\uff41\uff50\uff49\uff2b\uff45\uff59",  # apiKey
+    "\uff53\uff45\uff53\uff53\uff49\uff4f\uff4e\uff29\uff44",  # sessionId
+    "pa\u017fsword",  # long s
+    "\u017fecret_value",
+    "GITHUB_TO\u212aEN",  # Kelvin sign
+    "x_api\u212aey",
+    "pa\u00dfword",  # sharp s
+    "DB_PA\u1e9eWORD",  # capital sharp s
+    "xAUTHOR\u0130ZATION",  # dotted capital I
+    "sess\u0131on_id",  # dotless i
+    "credent\u0131als",
+    "\u24df\u24d0\u24e2\u24e2\u24e6\u24de\u24e1\u24d3",  # circled password
+    "\U0001d42c\U0001d41e\U0001d41c\U0001d42b\U0001d41e\U0001d42d",  # mathematical bold secret
+    "\u1d57\u1d52\u1d4f\u1d49\u207f",  # modifier letters: token
+    "p\u00e4ssw\u00f6rd",  # accents
+    "dbpa\u0301ssword",  # a combining accent
+    "github_to\u200bken",  # zero-width space
+    "client_se\u00adcret_id",  # soft hyphen
+    "dbpa\u2060ssword",  # word joiner
+    "coo\ufeffkie_jar",  # byte order mark
+    "au\u200dth",  # zero-width joiner, inside a whole word
+)
+
+#: Names in compatibility forms whose values stay in clear.
+COMPATIBLE_INNOCENT_NAMES: Final = (
+    "\uff51\uff55\uff45\uff52\uff59",  # full-width query
+    "\uff4b\uff45\uff59",  # key
+    "\uff4d\uff4f\uff4e\uff4b\uff45\uff59",  # monkey
+    "\uff50\uff41\uff53\uff53\uff45\uff4e\uff47\uff45\uff52",  # passenger
+    "by\u017fpa\u017f\u017f",  # "byspass": no word of a credential
+    "contrase\u00f1a",
+    "\u65e5\u672c\u8a9e",
+    "\u00fcberpr\u00fcfung",
+)

@@ -191,31 +191,61 @@ def test_equal_structured_secrets_give_equal_digests(first: Any, second: Any) ->
     assert masker.digest(first) == masker.digest(second)
 
 
-def test_scrub_replaces_raw_values_in_every_string_and_member_name() -> None:
+def test_scrub_replaces_raw_values_in_the_free_text_of_a_record_only() -> None:
     record = {
         "message": "password hunter2-x rejected",
         "reasons": ["saw hunter2-x twice: hunter2-x"],
+        "detail": "EngineError: hunter2-x",
         "hunter2-x": "as a key",
+        "tool": "hunter2-x",
         "count": 3,
     }
 
-    actual = Masker.scrub(record, ["hunter2-x"])
+    actual = Masker(key=KEY).scrub(record, ["hunter2-x"])
 
     assert actual == {
         "message": "password [masked] rejected",
         "reasons": ["saw [masked] twice: [masked]"],
-        "[masked]": "as a key",
+        "detail": "EngineError: [masked]",
+        "hunter2-x": "as a key",
+        "tool": "hunter2-x",
         "count": 3,
     }
 
 
-def test_scrub_replaces_the_longest_secret_first() -> None:
-    actual = Masker.scrub({"m": "abcdefgh"}, ["abcd", "abcdefgh"])
+def test_scrub_returns_a_copy_and_leaves_the_record_alone() -> None:
+    record = {"message": "saw hunter2-x", "reasons": ["hunter2-x"], "tool": "t"}
+    before = copy.deepcopy(record)
 
-    assert actual == {"m": "[masked]"}
+    Masker(key=KEY).scrub(record, ["hunter2-x"])
+
+    assert record == before
+
+
+def test_scrub_replaces_the_longest_secret_first() -> None:
+    actual = Masker(key=KEY).scrub({"message": "abcdefgh"}, ["abcd", "abcdefgh"])
+
+    assert actual == {"message": "[masked]"}
+
+
+@pytest.mark.parametrize(
+    ("text", "secrets", "expected"),
+    [
+        pytest.param("xabcdefy", ["abcd", "cdef"], "x[masked]y", id="overlapping"),
+        pytest.param("xabcdcdefy", ["abcd", "cdef"], "x[masked]y", id="touching"),
+        pytest.param("abcd abcd", ["abcd"], "[masked] [masked]", id="apart"),
+        pytest.param("aaaaaaa", ["aaaa"], "[masked]", id="self-overlapping"),
+        pytest.param("the pw is d]xyz!", ["d]xyz"], "the pw is [masked]!", id="marker-like"),
+    ],
+)
+def test_scrub_masks_every_character_of_every_occurrence_of_a_secret(
+    text: str, secrets: list[str], expected: str
+) -> None:
+    # One secret after another would leave "ef" of "cdef" once "abcd" is gone.
+    assert Masker(key=KEY).scrub({"message": text}, secrets) == {"message": expected}
 
 
 def test_scrub_leaves_values_shorter_than_four_characters() -> None:
-    record = {"m": "the pin is 123"}
+    record = {"message": "the pin is 123"}
 
-    assert Masker.scrub(record, ["123"]) == record
+    assert Masker(key=KEY).scrub(record, ["123"]) == record

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway import Decision, Failure, ToolCall, bind
+from gateway import Authorization, Decision, Failure, ToolCall, ToolDefinition, bind
 from gateway.audit import (
     DEFAULT_MASKED_KEYS,
     DEFAULT_NAME_PATTERNS,
@@ -27,7 +27,14 @@ from gateway.audit import (
 from gateway.audit._mask import _PREFILTERS, MAX_NAME_LENGTH, _folded, _scoped
 from gateway.policy import caller_context
 from gateway.testing import RecordingTool, StaticAuthorizer
-from tests.audit.mask_cases import INNOCENT_NAMES, PLAIN_VALUES, SECRET_VALUES, SENSITIVE_NAMES
+from tests.audit.mask_cases import (
+    COMPATIBLE_INNOCENT_NAMES,
+    COMPATIBLE_NAMES,
+    INNOCENT_NAMES,
+    PLAIN_VALUES,
+    SECRET_VALUES,
+    SENSITIVE_NAMES,
+)
 
 KEY = b"mask key"
 SECRET = "s3cr3t-Value-42"  # noqa: S105 - a test value
@@ -190,28 +197,32 @@ JSON = st.recursive(
 
 
 @given(JSON)
-def test_masking_never_raises_and_no_masked_string_survives_the_scrub(document: Any) -> None:
+def test_masking_never_raises_and_no_masked_string_survives_in_the_free_text(
+    document: Any,
+) -> None:
     masker = Masker(key=KEY)
     found: list[str] = []
+    masked_document = masker.mask(document, found)
+    echo = " ".join(found)
 
-    record = Masker.scrub(masker.mask(document, found), found)
+    record = masker.scrub(
+        {"arguments": masked_document, "message": echo, "reasons": [echo, *found]}, found
+    )
 
-    # Values that "[masked]" or a digest could contain by themselves are left out.
-    distinct = [s for s in found if len(s) >= 4 and not set(s) <= DIGEST_CHARS]
-    assert [s for s in distinct if any(s in text for text in strings(record))] == []
+    assert record["arguments"] == masked_document
+    distinct = [s for s in found if len(s) >= 4]
+    assert [s for s in distinct if any(s in text for text in clear_text(record))] == []
 
 
-DIGEST_CHARS = set("[masked]:0123456789abcdef")
+_DIGEST = re.compile(r"masked:[0-9a-f]{24}")
 
 
-def strings(node: Any) -> list[str]:
-    if isinstance(node, str):
-        return [node]
-    if isinstance(node, dict):
-        return [text for key, value in node.items() for text in [*strings(key), *strings(value)]]
-    if isinstance(node, list):
-        return [text for item in node for text in strings(item)]
-    return []
+def clear_text(record: dict[str, Any]) -> list[str]:
+    """What the free text of ``record`` shows in clear: not digests, nor ``[masked]``."""
+    texts = [record["message"], *record["reasons"]]
+    return [
+        piece for text in texts if not _DIGEST.fullmatch(text) for piece in text.split("[masked]")
+    ]
 
 
 # -- values -------------------------------------------------------------------------------------
@@ -249,8 +260,8 @@ def test_a_value_masked_for_its_shape_is_scrubbed_from_the_other_strings() -> No
     record = masker.mask({"header": token, "note": "kept"}, found)
 
     assert found == [token, "abcdefghij"]
-    assert Masker.scrub({"message": f"saw {token}"}, found) == {"message": "saw [masked]"}
-    assert Masker.scrub({"message": "saw abcdefghij"}, found) == {"message": "saw [masked]"}
+    assert masker.scrub({"message": f"saw {token}"}, found) == {"message": "saw [masked]"}
+    assert masker.scrub({"message": "saw abcdefghij"}, found) == {"message": "saw [masked]"}
     assert record == {"header": masked(token), "note": "kept"}
 
 
@@ -364,6 +375,7 @@ async def test_no_secret_reaches_a_decision_or_outcome_record_of_the_trail() -> 
 NAMES = st.one_of(
     sensitive_names(),
     st.sampled_from(INNOCENT_NAMES),
+    st.sampled_from(COMPATIBLE_NAMES + COMPATIBLE_INNOCENT_NAMES),
     st.text(max_size=MAX_NAME_LENGTH + 8),
 )
 
@@ -533,3 +545,285 @@ def test_the_memo_of_values_holds_only_innocent_short_values_and_is_bounded() ->
     assert masker.sensitive_value(long_value) is False
     assert shaped not in masker._innocent_values
     assert long_value not in masker._innocent_values
+
+
+# -- names in compatibility forms ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", COMPATIBLE_NAMES)
+def test_a_credential_name_in_a_compatibility_form_is_masked(name: str) -> None:
+    actual = Masker(key=KEY).mask({name: SECRET, "query": "kept"})
+
+    assert actual == {name: masked(SECRET), "query": "kept"}
+
+
+@pytest.mark.parametrize("name", COMPATIBLE_INNOCENT_NAMES)
+def test_an_innocent_name_in_a_compatibility_form_is_kept_in_clear(name: str) -> None:
+    assert Masker(key=KEY).mask({name: "visible-value"}) == {name: "visible-value"}
+
+
+# Invisible characters and combining marks, each of which a compatibility form drops.
+_INVISIBLES = ("", "\u200b", "\u200c", "\u200d", "\u00ad", "\u2060", "\ufeff", "\u0301", "\u0308")
+
+
+def _lookalikes(char: str) -> list[str]:
+    """``char`` and the characters that stand for it in a compatibility form."""
+    found = [char]
+    if "!" <= char <= "~":
+        found.append(chr(ord(char) + 0xFEE0))  # full width
+    if char == " ":
+        found.append("\u3000")  # ideographic space
+    if "a" <= char <= "z":
+        found += [chr(0x24D0 + ord(char) - 97), chr(0x1D41A + ord(char) - 97)]  # circled, bold
+    if "A" <= char <= "Z":
+        found += [chr(0x24B6 + ord(char) - 65), chr(0x1D400 + ord(char) - 65)]
+    if "0" <= char <= "9":
+        found.append(chr(0x1D7CE + ord(char) - 48))
+    found += {"s": ["\u017f"], "K": ["\u212a"], "I": ["\u0130"], "i": ["\u0131"]}.get(char, [])
+    return found
+
+
+def disguises(name: str) -> st.SearchStrategy[str]:
+    """``name`` with any of its characters written in a compatibility form."""
+    return st.tuples(
+        *(
+            st.tuples(st.sampled_from(_lookalikes(char)), st.sampled_from(_INVISIBLES)).map("".join)
+            for char in name
+        )
+    ).map("".join)
+
+
+@given(data=st.data())
+def test_property_a_name_in_any_compatibility_form_is_judged_as_the_name(
+    data: st.DataObject,
+) -> None:
+    from gateway.audit._mask import _compatible
+
+    name = data.draw(st.sampled_from(SENSITIVE_NAMES + INNOCENT_NAMES))
+    form = data.draw(disguises(name))
+    masker = Masker(key=KEY)
+
+    assert _compatible(form) == name
+    if name in SENSITIVE_NAMES:
+        assert masker.sensitive_name(form)
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("\u017fsn", "ssn"),
+        ("\u212aey", "Key"),
+        ("\u0130BAN", "IBAN"),
+        ("\u0131ban", "iban"),
+        ("pa\u00dfword", "password"),
+        ("PA\u1e9eWORD", "PASSWORD"),
+    ],
+)
+def test_the_characters_that_caseless_matching_reads_as_ascii_letters_are_folded(
+    name: str, expected: str
+) -> None:
+    from gateway.audit._mask import _compatible
+
+    assert _compatible(name) == expected
+
+
+def test_only_the_sharp_s_and_the_dotless_i_reach_ascii_by_a_change_of_case() -> None:
+    # What the compatibility form relies on, checked over every code point: besides what a
+    # compatibility decomposition makes ASCII, only these reach it by case folding or case.
+    import unicodedata
+
+    from gateway.audit._mask import _compatible
+
+    def ascii_by(text: str) -> bool:
+        decomposed = unicodedata.normalize("NFKD", text)
+        return all(c.isascii() or unicodedata.category(c) in {"Mn", "Me", "Cf"} for c in decomposed)
+
+    cased = (
+        (char, changes)
+        for char in map(chr, range(0x80, 0x110000))
+        if (changes := {char.casefold(), char.upper(), char.lower()} - {char})
+    )
+    found = {char for char, changes in cased if any(map(ascii_by, changes)) and not ascii_by(char)}
+
+    assert found == {"\u00df", "\u0131", "\u1e9e"}
+    assert [_compatible(char) for char in sorted(found)] == ["ss", "i", "SS"]
+
+
+def test_configured_names_match_in_their_compatibility_forms_too() -> None:
+    plain = Masker(keys=["iban"], patterns=(), values=(), key=KEY)
+    wide = Masker(keys=["\uff49\uff42\uff41\uff4e"], patterns=(), values=(), key=KEY)
+
+    for masker in (plain, wide):
+        assert masker.mask({"IBAN": "DE89", "\uff29\uff22\uff21\uff2e": "DE89", "q": "kept"}) == {
+            "IBAN": masked("DE89"),
+            "\uff29\uff22\uff21\uff2e": masked("DE89"),
+            "q": "kept",
+        }
+
+
+def test_the_verdict_on_a_name_in_a_compatibility_form_is_remembered() -> None:
+    masker = Masker(key=KEY)
+    name = COMPATIBLE_NAMES[0]
+
+    assert masker.sensitive_name(name) is True
+    assert masker._name_verdicts[name] is True
+    assert masker.sensitive_name(name) is True
+
+
+# -- member names shaped like credentials --------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", SECRET_VALUES)
+def test_a_member_name_shaped_like_a_credential_is_replaced_by_its_digest(name: str) -> None:
+    masker = Masker(key=KEY)
+    found: list[str] = []
+
+    actual = masker.mask({"query": "kept", name: 1, "list": [{name: "v"}]}, found)
+
+    by_name = masker.sensitive_name(name)
+    assert actual == {
+        "query": "kept",
+        masked(name): masker.digest(1) if by_name else 1,
+        "list": [{masked(name): masked("v") if by_name else "v"}],
+    }
+    assert name in found
+    assert name not in json.dumps(actual, ensure_ascii=False)
+
+
+@pytest.mark.parametrize("name", PLAIN_VALUES)
+def test_a_plain_member_name_is_kept(name: str) -> None:
+    assert list(Masker(key=KEY).mask({name: "v", "query": "kept"})) == [name, "query"]
+
+
+def test_masked_member_names_never_collapse_into_one_nor_onto_another() -> None:
+    masker = Masker(key=KEY)
+    first, second = "AKIA" + "A" * 16, "AKIA" + "B" * 16
+    taken = masker.digest(first)  # a member named as the first one's digest, and the next
+
+    actual = masker.mask({first: 1, taken: 2, second: 3, f"{taken}~2": 4, "x": 5})
+
+    assert actual == {f"{taken}~3": 1, taken: 2, masked(second): 3, f"{taken}~2": 4, "x": 5}
+
+
+def test_a_pointer_reaches_a_member_by_its_name_when_the_name_is_masked() -> None:
+    name = "AKIAIOSFODNN7EXAMPLE"
+    masker = Masker(pointers=[f"/{name}/code"], key=KEY)
+
+    actual = masker.mask({name: {"code": "c-1234", "other": "kept"}})
+
+    assert actual == {masked(name): {"code": masked("c-1234"), "other": "kept"}}
+
+
+async def test_a_credential_used_as_a_member_name_reaches_no_record_of_the_trail() -> None:
+    key_id, header = "AKIAIOSFODNN7EXAMPLE", "Bearer abcdefgh12345678"
+    sink = MemorySink()
+    trail = AuditTrail(sink, masker=Masker(key=KEY))
+    refusal = Decision(False, message="refused abcdefgh12345678")
+    binding = bind(
+        trail.guard(RecordingTool("search", {"type": "object"}), StaticAuthorizer(refusal))
+    )
+    arguments = json.dumps({key_id: 1, header: {"scope": "read"}, "query": "q-1"})
+
+    with pytest.raises(Failure):
+        await binding.call(binding.prepare(ToolCall("call-1", "search", arguments)))
+
+    text = json.dumps(sink.records)
+    assert [secret for secret in (key_id, "abcdefgh12345678") if secret in text] == []
+    decision = sink.records[0]
+    assert list(decision["arguments"]) == [masked(key_id), masked(header), "query"]
+    assert decision["message"] == "refused [masked]"
+
+
+# -- free text shaped like credentials -----------------------------------------------------------
+
+DEFINITION = ToolDefinition("search", {"type": "object"})
+
+
+def failed_outcome(message: str, secrets: list[str] | None = None) -> dict[str, Any]:
+    """The outcome record of a tool that failed with ``message``."""
+    return AuditTrail(MemorySink(), masker=Masker(key=KEY)).outcome_record(
+        DEFINITION,
+        call_id="call-1",
+        decision_id="id-1",
+        outcome="failed",
+        code="tool_failed",
+        latency=0.0,
+        message=message,
+        secrets=secrets or [],
+    )
+
+
+@pytest.mark.parametrize("value", SECRET_VALUES)
+def test_a_credential_in_a_tools_error_message_is_masked_though_no_argument_held_it(
+    value: str,
+) -> None:
+    message = f"upstream refused: {value}"
+
+    assert failed_outcome(message)["message"] == masked(message)
+
+
+@given(st.sampled_from(SECRET_VALUES), st.text(max_size=20), GLUE)
+def test_property_a_credential_anywhere_in_a_tools_message_masks_the_message(
+    secret: str, noise: str, glue: str
+) -> None:
+    message = noise + glue + secret + glue + noise
+
+    assert failed_outcome(message)["message"] == masked(message)
+
+
+@pytest.mark.parametrize("value", PLAIN_VALUES)
+def test_a_plain_tool_message_is_kept(value: str) -> None:
+    assert failed_outcome(value)["message"] == value
+
+
+def test_a_masked_value_echoed_in_a_message_is_scrubbed_before_its_shape_is_judged() -> None:
+    token = "Bearer abcdefghij"  # noqa: S105 - a test value
+
+    record = failed_outcome(f"rejected {token}", [token, "abcdefghij"])
+
+    assert record["message"] == "rejected [masked]"
+
+
+def decision_record(
+    decision: Decision | None = None, error: Exception | None = None
+) -> dict[str, Any]:
+    """The decision record of one authorization of ``{"query": "q"}``."""
+    trail = AuditTrail(MemorySink(), masker=Masker(key=KEY))
+    with caller_context({"subject": "alice"}):
+        _, record = trail.decision_record(
+            Authorization(DEFINITION, b'{"query": "q"}'),
+            call_id="call-1",
+            decision=decision,
+            error=error,
+            latency=0.0,
+        )
+    return record
+
+
+@pytest.mark.parametrize("value", SECRET_VALUES[::4])
+def test_a_credential_in_a_policys_message_or_reasons_or_an_errors_detail_is_masked(
+    value: str,
+) -> None:
+    text = f"saw {value}"
+
+    from_policy = decision_record(Decision(False, message=text, reasons=("rule 7", text)))
+    from_error = decision_record(error=ValueError(text))
+
+    assert (from_policy["message"], from_policy["reasons"]) == (
+        masked(text),
+        ["rule 7", masked(text)],
+    )
+    assert from_error["detail"] == masked(f"ValueError: {text}")
+    assert (from_policy["arguments"], from_policy["tool"]) == ({"query": "q"}, "search")
+
+
+async def test_a_credential_in_a_refusals_message_is_masked() -> None:
+    sink = MemorySink()
+    message = "unknown tool, see AKIAIOSFODNN7EXAMPLE"
+
+    record = await AuditTrail(sink, masker=Masker(key=KEY)).refusal(
+        ToolCall("call-1", "nope", "{}"), code="unknown_tool", message=message
+    )
+
+    assert record["message"] == masked(message)
+    assert "AKIAIOSFODNN7EXAMPLE" not in sink.lines()[0].decode()
