@@ -341,6 +341,7 @@ SCRUBBED_FIELDS: Final = TEXT_FIELDS + DOCUMENT_FIELDS
 
 #: What :meth:`Masker.scrub` writes in place of a raw masked value in free text.
 SCRUBBED: Final = "[masked]"
+_NOT_ALNUM: Final = re.compile(r"[^a-z0-9]+")
 #: A digest as :meth:`Masker.digest` writes it (made unique with ``~n`` as a member name).
 _DIGEST: Final = re.compile(r"masked:[0-9a-f]{24}(?:~[0-9]+)?")
 
@@ -410,9 +411,18 @@ class Masker:
         return verdict
 
     def _matches(self, name: str) -> bool:
-        return _normalize(name) in self._keys or (
-            self._names is not None and self._names.search(normalize_name(name)) is not None
-        )
+        if _normalize(name) in self._keys:
+            return True
+        names = self._names
+        if names is None:
+            return False
+        if names.search(normalize_name(name)) is not None:
+            return True
+        # The name squashed (lower case, letters and digits only), for a word that its case
+        # or a separator cuts in two (dbPASSword, xAPIkey, db_pa.ssword): a pattern that
+        # matches inside a word matches it there too. Only ever adds to what is masked.
+        squashed = _NOT_ALNUM.sub("", name.lower())
+        return bool(squashed) and names.search(squashed) is not None
 
     def sensitive_value(self, value: str) -> bool:
         """Whether a string looks like a credential by itself (masked whatever its name)."""

@@ -827,3 +827,27 @@ async def test_a_credential_in_a_refusals_message_is_masked() -> None:
 
     assert record["message"] == masked(message)
     assert "AKIAIOSFODNN7EXAMPLE" not in sink.lines()[0].decode()
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "dbPASSword",
+        "xAPIkey",
+        "SECretKey",
+        "ToKen",
+        "db_pa.ssword",
+        "pass-word",
+        "se_cret",
+        "TOKen_value",
+        "apI_Key",
+        "creDENTials",
+        "Pass Word",
+        "cooKIE",
+    ],
+)
+def test_a_credential_word_cut_by_its_case_or_a_separator_is_masked(name: str) -> None:
+    # Found in review: camel-case splitting cut these words in two, and no pattern matched.
+    actual = Masker(key=KEY).mask({name: SECRET, "query": "kept"})
+
+    assert actual == {name: masked(SECRET), "query": "kept"}
