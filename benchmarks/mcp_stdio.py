@@ -68,9 +68,11 @@ def _summary(values: list[float]) -> dict[str, float]:
     }
 
 
-def _cpu_s(pid: int) -> float:
+def _cpu_s(pid: int) -> tuple[float, float]:
+    """The process's user and system CPU time so far, in seconds."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def _gateway_pid(config: Path) -> int | None:
@@ -109,7 +111,7 @@ async def measure(calls: int, warmup: int, fsync: str) -> dict[str, Any]:
     samples: dict[str, list[float]] = {
         name: [] for kind in KINDS for name in (f"direct_{kind}", f"gateway_{kind}")
     }
-    cpu = 0.0
+    cpu = (0.0, 0.0)
     async with (
         Client(_params(direct_command(peers, upstreams, "everything")), cache=None) as plain,
         Client(_params(gateway_stdio(config)), cache=None) as gated,
@@ -117,7 +119,7 @@ async def measure(calls: int, warmup: int, fsync: str) -> dict[str, Any]:
         pid = _gateway_pid(config)
         for index in range(warmup + calls):
             if index == warmup and pid is not None:
-                cpu = -_cpu_s(pid)
+                cpu = _cpu_s(pid)
             for kind, message in (("uncached", f"call {index}"), ("cached", "call 0")):
                 for side, client in (("direct", plain), ("gateway", gated)):
                     started = time.perf_counter_ns()
@@ -128,8 +130,15 @@ async def measure(calls: int, warmup: int, fsync: str) -> dict[str, Any]:
                     if index >= warmup:
                         samples[f"{side}_{kind}"].append(elapsed)
         if pid is not None:
-            cpu += _cpu_s(pid)
-    return {"samples": samples, "gateway_cpu_us_per_call": cpu / (2 * calls) * 1e6}
+            user, system = _cpu_s(pid)
+            cpu = (user - cpu[0], system - cpu[1])
+    per_call = 1e6 / (2 * calls)
+    return {
+        "samples": samples,
+        "gateway_cpu_us_per_call": (cpu[0] + cpu[1]) * per_call,
+        "gateway_user_us_per_call": cpu[0] * per_call,
+        "gateway_system_us_per_call": cpu[1] * per_call,
+    }
 
 
 def report(measured: dict[str, Any], fsync: str, loads: tuple[str, str]) -> dict[str, Any]:
@@ -148,6 +157,8 @@ def report(measured: dict[str, Any], fsync: str, loads: tuple[str, str]) -> dict
         "load_after": loads[1],
         "lines": lines,
         "gateway_cpu_us_per_call": measured["gateway_cpu_us_per_call"],
+        "gateway_user_us_per_call": measured["gateway_user_us_per_call"],
+        "gateway_system_us_per_call": measured["gateway_system_us_per_call"],
         "target_added_median_ms": TARGET_MS,
         "met": {kind: lines[f"added_{kind}"]["median_ms"] <= TARGET_MS for kind in KINDS},
     }
@@ -174,7 +185,11 @@ def main(argv: list[str] | None = None) -> int:
             f"{name:18s} median {line['median_ms']:7.3f} ms  p99 {line['p99_ms']:7.3f} ms  "
             f"n={line['n']:.0f}"
         )
-    print(f"gateway CPU per call: {result['gateway_cpu_us_per_call']:.0f} us")
+    print(
+        f"gateway CPU per call: {result['gateway_cpu_us_per_call']:.0f} us "
+        f"(user {result['gateway_user_us_per_call']:.0f} us, "
+        f"system {result['gateway_system_us_per_call']:.0f} us)"
+    )
     for kind in KINDS:
         verdict = "met" if result["met"][kind] else "MISSED"
         print(f"added_{kind} median <= {TARGET_MS} ms: {verdict}")
