@@ -160,6 +160,12 @@ def _verify(args: argparse.Namespace) -> int:
             # Without its head, records cut from the end at a line boundary leave a chain
             # that verifies: say the end was not checked rather than a plain ok.
             summary += f"; its end is unchecked: no head file {head_path(chain).name}"
+        elif not args.no_head and result.head_seq is not None and result.head_seq < result.last_seq:
+            # The head vouches for fewer records than the chain holds: those past it could
+            # have been cut unseen (a batch not yet committed, a head copied from a chain
+            # that had just begun).
+            unchecked = result.last_seq - result.head_seq
+            summary += f"; its last {unchecked} record(s) are past its head, unchecked"
         if key is None:
             print(f"UNKEYED, intact, proves nothing against a writer: {summary}")
         else:

@@ -141,6 +141,9 @@ class VerifyResult:
         error: what is wrong, naming the first bad record (``path:line``), or ``None``.
         last_seq: the sequence number of the last good record.
         last_hash: its hash.
+        head_seq: the sequence number the head vouches for (``None``: no head was
+            checked). Records past it (a batch not yet committed, or a head copied from a
+            chain that had just begun) could be cut from the end unseen.
     """
 
     ok: bool
@@ -148,6 +151,7 @@ class VerifyResult:
     error: str | None = None
     last_seq: int = 0
     last_hash: str = GENESIS
+    head_seq: int | None = None
 
 
 def _lines(paths: Iterable[Path]) -> Iterator[tuple[Path, int, bytes]]:
@@ -575,7 +579,7 @@ def verify(
         problem = _check_head(head, named, count, seen, last_line=last_line, key=key)
     if problem is not None:
         return VerifyResult(False, count, problem, count, prev)
-    return VerifyResult(True, count, None, count, prev)
+    return VerifyResult(True, count, None, count, prev, None if named is None else named.seq)
 
 
 def verify_chain(path: Path, *, key: bytes | None = None) -> VerifyResult:

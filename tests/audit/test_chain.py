@@ -155,7 +155,7 @@ def test_an_intact_trail_verifies(tmp_path: Path) -> None:
 
     actual = check(path)
 
-    assert actual == VerifyResult(True, RECORDS, None, RECORDS, records[-1]["hash"])
+    assert actual == VerifyResult(True, RECORDS, None, RECORDS, records[-1]["hash"], RECORDS)
 
 
 def test_no_files_and_an_empty_file_verify_as_an_empty_trail(tmp_path: Path) -> None:
@@ -380,7 +380,7 @@ def test_rotated_segments_verify_as_one_trail_whose_chain_continues_across_files
     ]
 
     assert len(files) >= 4
-    assert check(path) == VerifyResult(True, 20, None, 20, records[-1]["hash"])
+    assert check(path) == VerifyResult(True, 20, None, 20, records[-1]["hash"], 20)
     assert seams == [(seq, digest, seq, digest) for seq, digest, _, _ in seams]
     assert [record for chunk in per_file for record in chunk] == records
 

@@ -303,3 +303,29 @@ def test_no_cut_of_a_chain_verifies_under_another_chains_head(
     shutil.copyfile(head_path(second), head_path(path))
 
     assert check(path).ok is False
+
+
+def test_the_cli_says_how_many_records_are_past_the_head_and_so_unchecked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A head behind its chain (a crash before the head caught up, or a head copied from a
+    # chain that had just begun) vouches for fewer records than the chain holds: those past
+    # it could be cut unseen, so a plain "ok" would claim more than was checked.
+    path = tmp_path / "audit.jsonl"
+    with JsonlFileSink(path, fsync="none", key=KEY, write_head=lambda _fd, d, _o: len(d)) as sink:
+        for n in range(3):
+            sink.submit({"n": n}).result(WAIT)
+    key_file = tmp_path / "audit.key"
+    key_file.write_bytes(KEY)
+
+    status = main(["audit", "verify", "--key-file", str(key_file), str(path)])
+    behind = capsys.readouterr().out
+    write(tmp_path / "current" / "audit.jsonl", 3)
+    main(["audit", "verify", "--key-file", str(key_file), str(tmp_path / "current")])
+    current = capsys.readouterr().out
+
+    assert status == 0
+    assert check(path).head_seq == 0
+    assert "its last 3 record(s) are past its head, unchecked" in behind
+    assert current.startswith("ok: ")
+    assert "past its head" not in current
