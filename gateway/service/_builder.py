@@ -319,7 +319,9 @@ def build_state_store(config: GatewayConfig) -> StateStore:
     if table.backend == "redis":
         assert table.url is not None  # noqa: S101 - validated by the config
         return RedisStateStore(table.url, timeout_s=table.timeout_s, prefix=table.key_prefix)
-    return MemoryStateStore()
+    return MemoryStateStore(
+        max_sessions=table.max_sessions, max_sessions_per_caller=table.max_sessions_per_caller
+    )
 
 
 def build_state_settings(config: GatewayConfig) -> StateSettings:

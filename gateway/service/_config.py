@@ -64,6 +64,7 @@ from gateway.service._config_models import (
 from gateway.service._logs import check_log_table
 from gateway.service._oauth import JwksCache, ResourceServer
 from gateway.state import StateSettings
+from gateway.state._memory import DEFAULT_MAX_SESSIONS
 
 __all__ = ["ConfigError"]  # re-exported: the configuration's error is defined with its models
 
@@ -316,6 +317,18 @@ def _state(table: StateTable) -> StateTable:
         raise ConfigError('state.url: only with backend = "redis"')
     if not (math.isfinite(table.timeout_s) and 0 < table.timeout_s <= 60):
         raise ConfigError("state.timeout_s: must be positive and at most 60")
+    if table.max_sessions < 1:
+        raise ConfigError("state.max_sessions: must be at least 1")
+    per_caller = table.max_sessions_per_caller
+    if per_caller is not None and not 1 <= per_caller <= table.max_sessions:
+        raise ConfigError("state.max_sessions_per_caller: must be between 1 and max_sessions")
+    if table.backend == "redis" and (
+        per_caller is not None or table.max_sessions != DEFAULT_MAX_SESSIONS
+    ):
+        raise ConfigError(
+            'state.max_sessions: only with backend = "memory" (Redis is bounded by its '
+            "maxmemory, with maxmemory-policy noeviction)"
+        )
     try:
         StateSettings(
             tools=frozenset(table.tools),

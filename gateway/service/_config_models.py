@@ -34,6 +34,7 @@ from gateway.policy._rest import DEFAULT_REVISION_INTERVAL
 from gateway.policy._wasm import DEFAULT_POLL_INTERVAL_S, DEFAULT_TIMEOUT_S
 from gateway.replay._shadow import DEFAULT_BUDGET_S, DEFAULT_QUEUE_SIZE
 from gateway.state import DEFAULT_HISTORY_MAX, DEFAULT_SESSION_TTL_S, DEFAULT_WINDOWS
+from gateway.state._memory import DEFAULT_MAX_SESSIONS
 from gateway.state._redis import DEFAULT_PREFIX as DEFAULT_STATE_PREFIX
 from gateway.state._redis import DEFAULT_TIMEOUT_S as DEFAULT_STATE_TIMEOUT_S
 
@@ -711,6 +712,17 @@ class StateTable:
     history_max: int = key("The calls kept per session (1-10000).", DEFAULT_HISTORY_MAX)
     session_ttl_s: int = key(
         "How long a session is kept after its last call, in seconds.", DEFAULT_SESSION_TTL_S
+    )
+    max_sessions: int = key(
+        "The live sessions the `memory` backend keeps at most; when all are live a new "
+        "session is refused (`state_unavailable`), never an old one forgotten.",
+        DEFAULT_MAX_SESSIONS,
+    )
+    max_sessions_per_caller: int | None = key(
+        "The live sessions one caller (tenant and subject) may hold in the `memory` backend, "
+        "so that one caller cannot fill it for the others (default: no bound but "
+        "`max_sessions`).",
+        shown="none",
     )
 
 

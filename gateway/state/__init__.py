@@ -24,7 +24,7 @@ from gateway.state._authorizer import (
     track_call,
     valid_session_id,
 )
-from gateway.state._memory import MemoryStateStore
+from gateway.state._memory import MemoryStateStore, StateFullError
 from gateway.state._redis import RedisStateStore
 from gateway.state._store import (
     DEFAULT_HISTORY_MAX,
@@ -62,6 +62,7 @@ __all__ = [
     "Reserved",
     "SessionView",
     "Snapshot",
+    "StateFullError",
     "StateQuery",
     "StateSettings",
     "StateStore",
