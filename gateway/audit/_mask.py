@@ -25,7 +25,10 @@ masking: ``max_tokens``, ``token_count`` or ``private`` (a flag) are masked as w
 
 The OPA decision-log mask policy (``policies/system/log/mask.rego``) carries the same
 normalisation and the same default patterns; a test holds the two to one table. (The
-compatibility form is the gateway's alone: the policy matches a name as it is written.)
+compatibility form is the gateway's alone: the policy matches a name as it is written. Both
+also match a name squashed to lower-case letters and digits, and both mask a member whose
+name looks like a credential: the gateway digests the name, the policy masks its container,
+since a path in OPA's decision log would still carry it.)
 """
 
 from __future__ import annotations

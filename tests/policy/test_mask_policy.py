@@ -119,6 +119,7 @@ NAME_PARTS = st.sampled_from(
 @settings(max_examples=60)
 @given(st.lists(st.lists(NAME_PARTS, max_size=6).map("".join), min_size=1, max_size=25))
 @example(names=["APIkey"])  # "ap_ikey" as words: masked only by the exact-name list
+@example(names=["xAPIkey", "SECretKey", "pass.Word", "toKen"])  # matched only squashed
 def test_the_policy_and_the_masker_agree_on_generated_names(
     mask_opa: OpaServer, names: list[str]
 ) -> None:

@@ -118,6 +118,13 @@ sensitive_name(name) if {
 
 sensitive_name(name) if _compact(name) in _keys
 
+# The name squashed (lower case, letters and digits only): a word its case or a separator
+# cuts in two (dbPASSword, xAPIkey, db_pa.ssword) is matched there too.
+sensitive_name(name) if {
+	count(name) <= max_name_length
+	regex.match(_name_regex, _compact(name))
+}
+
 sensitive_value(value) if regex.match(_value_regex, value)
 
 # Paths (from the event root) of the values to mask, each with its value.
@@ -125,6 +132,18 @@ _found[path] := value if {
 	some root in ["arguments", "context"]
 	walk(input.input[root], [below, value])
 	_sensitive_at(below, value)
+	path := array.concat(["input", root], below)
+}
+
+# A member whose name looks like a credential itself ({"AKIA...": 1}): its container is
+# masked, since a mask path would still carry the name.
+_found[path] := value if {
+	some root in ["arguments", "context"]
+	walk(input.input[root], [below, value])
+	is_object(value)
+	some name, _ in value
+	is_string(name)
+	sensitive_value(name)
 	path := array.concat(["input", root], below)
 }
 
@@ -156,6 +175,16 @@ _secrets contains piece if {
 	sensitive_value(text)
 	some piece in regex.split(`[ \t\r\n"'=:,;]+`, text)
 	count(piece) >= 8
+}
+
+# Such a name is a secret an echo is scrubbed of, as a masked value is.
+_secrets contains name if {
+	some root in ["arguments", "context"]
+	walk(input.input[root], [_, value])
+	is_object(value)
+	some name, _ in value
+	is_string(name)
+	sensitive_value(name)
 }
 
 # Every other string that contains one of them, in the input or in the result.

@@ -23,6 +23,7 @@ test_sensitive_names_in_every_style if {
 		"aws_secret_access_key", "session_token", "secret_key", "private_key_pem",
 		"credentials", "cookie", "bearer", "dbPassword", "DB.PASSWORD", "Api Key",
 		"clientSecret", "Set-Cookie", "Proxy-Authorization", "signingKey", "pin",
+		"dbPASSword", "xAPIkey", "SECretKey", "db_pa.ssword", "creDENTials", "cooKIE",
 	] {
 		log.sensitive_name(name)
 	}
@@ -125,4 +126,21 @@ test_a_name_too_long_to_match_is_masked if {
 test_the_credential_inside_a_secret_shaped_string_is_scrubbed_alone if {
 	masks := log.mask with input as _event({"h": "Bearer tok-abcdefgh", "n": "was tok-abcdefgh", "m": "Bearer"}, {})
 	masks == {_upsert("/input/arguments/h"), _upsert("/input/arguments/n")}
+}
+
+test_a_member_named_like_a_credential_masks_its_container if {
+	event := _event({"q": {"AKIAIOSFODNN7EXAMPLE": 1}, "b": "kept"}, {})
+	masks := log.mask with input as event
+	masks == {_upsert("/input/arguments/q")}
+}
+
+test_a_credential_named_member_at_the_top_masks_the_arguments if {
+	masks := log.mask with input as _event({"AKIAIOSFODNN7EXAMPLE": 1, "b": "kept"}, {})
+	masks == {_upsert("/input/arguments")}
+}
+
+test_an_echo_of_a_credential_named_member_is_masked if {
+	event := object.union(_event({"q": {"AKIAIOSFODNN7EXAMPLE": 1}}, {}), {"result": {"m": "AKIAIOSFODNN7EXAMPLE"}})
+	masks := log.mask with input as event
+	masks == {_upsert("/input/arguments/q"), _upsert("/result/m")}
 }
