@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import json
-import logging
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,9 +25,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from gateway.mcp import McpService
 from gateway.server import build_service, load_config
-from gateway.service import configure_logging
-from gateway.service._config_models import LogTable
-from gateway.service._logs import QUIET_LIBRARIES
+from tests.logging_capture import captured_logging
 from tests.mcp.conftest import ConfigWriter, serving
 
 CANARY = "CANARY-9d1f4e"
@@ -39,22 +36,8 @@ OTHER_TENANT = f"/srv/tenants/globex/{CANARY}.txt"
 @pytest.fixture
 def captured() -> Iterator[io.StringIO]:
     """The process's logging as ``gateway serve --log-level debug`` sets it, into a buffer."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    names = (*QUIET_LIBRARIES, "gateway.startup", "gateway.access")
-    levels = {name: logging.getLogger(name).level for name in names}
-    stream = io.StringIO()
-    configure_logging(LogTable(level="debug", access=True), stream=stream)
-    try:
+    with captured_logging() as stream:
         yield stream
-    finally:
-        for handler in list(root.handlers):
-            root.removeHandler(handler)
-        for handler in handlers:
-            root.addHandler(handler)
-        root.setLevel(level)
-        for name, before in levels.items():
-            logging.getLogger(name).setLevel(before)
 
 
 def _with_access_log(path: Path) -> Path:

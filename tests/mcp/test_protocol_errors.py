@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import io
 import json
-import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,9 +22,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gateway.mcp._wire import PROTOCOL_ERRORS, PUBLIC_TEXTS, public_error, public_errors
-from gateway.service import configure_logging
-from gateway.service._config_models import LogTable
-from gateway.service._logs import QUIET_LIBRARIES
+from tests.logging_capture import captured_logging
 from tests.mcp.surfaces import McpHttp, McpStdio, sse_messages
 
 PROTOCOL_CODES = set(PROTOCOL_ERRORS)
@@ -40,22 +37,8 @@ REPRODUCER = {
 @pytest.fixture(scope="module")
 def captured() -> Iterator[io.StringIO]:
     """The process's logging as ``gateway mcp --log-level debug`` sets it, into a buffer."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    names = (*QUIET_LIBRARIES, "gateway.startup", "gateway.access")
-    levels = {name: logging.getLogger(name).level for name in names}
-    stream = io.StringIO()
-    configure_logging(LogTable(level="debug", access=True), stream=stream)
-    try:
+    with captured_logging() as stream:
         yield stream
-    finally:
-        for handler in list(root.handlers):
-            root.removeHandler(handler)
-        for handler in handlers:
-            root.addHandler(handler)
-        root.setLevel(level)
-        for name, before in levels.items():
-            logging.getLogger(name).setLevel(before)
 
 
 @pytest.fixture(scope="module")

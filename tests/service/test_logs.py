@@ -29,7 +29,6 @@ from gateway.policy import (
 from gateway.service import AccessLog, Gateway, ServiceLog, StateLog, configure_logging
 from gateway.service._config_models import ConfigError, LogTable
 from gateway.service._logs import (
-    QUIET_LIBRARIES,
     Startup,
     check_log_table,
     engine_name,
@@ -38,6 +37,7 @@ from gateway.service._logs import (
 )
 from gateway.service._observe import ServiceObserver
 from gateway.testing import FakeClock, RecordingTool, StaticEngine
+from tests.logging_capture import restored_logging
 
 SECRET = "engine-internal-s3cr3t"  # noqa: S105 - a canary, not a credential
 ALICE = CallerContext(subject="alice")
@@ -274,22 +274,8 @@ def test_the_start_up_line_says_surface_where_tools_engine_decision_revision_and
 
 @pytest.fixture
 def root_restored() -> Iterator[None]:
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    named = {
-        name: logging.getLogger(name).level
-        for name in (*QUIET_LIBRARIES, "gateway.startup", "gateway.access")
-    }
-    try:
+    with restored_logging():
         yield
-    finally:
-        for handler in list(root.handlers):
-            root.removeHandler(handler)
-        for handler in handlers:
-            root.addHandler(handler)
-        root.setLevel(level)
-        for name, before in named.items():
-            logging.getLogger(name).setLevel(before)
 
 
 @pytest.mark.usefixtures("root_restored")
