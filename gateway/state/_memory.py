@@ -17,8 +17,8 @@ import dataclasses
 import heapq
 import threading
 import time
-from collections.abc import Callable
-from typing import Final
+from collections.abc import Callable, Mapping
+from typing import Final, TypeVar
 
 from gateway.state._store import (
     RUNNING,
@@ -41,6 +41,41 @@ _QUEUE_SLACK: Final = 1024
 #: Expired entries dropped per queue by one write, when the store is not short of room
 #: (more would stall the write after a window boundary; an expired entry harms nobody).
 _EXPIRY_STEP: Final = 256
+
+
+_K = TypeVar("_K")
+
+
+def _expire(
+    queue: list[tuple[float, _K]],
+    now: float,
+    most: int | None,
+    expiry: Callable[[_K], float | None],
+    drop: Callable[[_K], None],
+) -> None:
+    # Drops the entries due by `now` (and only those: an entry renewed since it was queued
+    # has a later time queued too), popping at most `most` queue items; each item is popped
+    # once, so the cost is amortised O(log n) per write.
+    while queue and queue[0][0] <= now and (most is None or most > 0):
+        _, key = heapq.heappop(queue)
+        due = expiry(key)
+        if due is not None and due <= now:
+            drop(key)
+        most = None if most is None else most - 1
+
+
+def _rebuilt(
+    queue: list[tuple[float, _K]],
+    entries: Mapping[_K, object],
+    expiry: Callable[[_K], float | None],
+) -> list[tuple[float, _K]]:
+    # The queue, rebuilt from the live entries when it holds many stale times (an entry
+    # renewed again and again).
+    if len(queue) <= 2 * len(entries) + _QUEUE_SLACK:
+        return queue
+    fresh = [(due, key) for key in entries if (due := expiry(key)) is not None]
+    heapq.heapify(fresh)
+    return fresh
 
 
 class StateFullError(StateUnavailableError):
@@ -122,8 +157,8 @@ class MemoryStateStore:
         # When each entry may have expired, soonest first: (time, key). An entry's time is
         # pushed whenever it moves later; the stale ones are skipped when popped.
         self._session_queue: list[tuple[float, str]] = []
-        self._counter_queue: list[tuple[int, str, int]] = []
-        self._record_queue: list[tuple[float, str, str]] = []
+        self._counter_queue: list[tuple[float, tuple[str, int]]] = []
+        self._record_queue: list[tuple[float, tuple[str, str]]] = []
 
     # expiry
 
@@ -134,54 +169,38 @@ class MemoryStateStore:
             if self._owned[session.owner] <= 0:
                 del self._owned[session.owner]
 
+    def _session_expiry(self, key: str) -> float | None:
+        session = self._sessions.get(key)
+        return None if session is None else session.expires
+
+    def _counter_expiry(self, key: tuple[str, int]) -> float | None:
+        # A counter lives until its window closes.
+        entry = self._counters.get(key)
+        return None if entry is None else (entry[0] + 1) * key[1]
+
+    def _record_expiry(self, key: tuple[str, str]) -> float | None:
+        record = self._records.get(key)
+        return None if record is None else record[1]
+
+    def _drop_counter(self, key: tuple[str, int]) -> None:
+        del self._counters[key]
+
+    def _drop_record(self, key: tuple[str, str]) -> None:
+        del self._records[key]
+
     def _expire_sessions(self, now: float, most: int | None) -> None:
-        # Drops expired sessions (and only those), at most `most` queue entries' worth;
-        # each entry is popped once: amortised O(log n) per write.
-        queue = self._session_queue
-        while queue and queue[0][0] <= now and (most is None or most > 0):
-            _, key = heapq.heappop(queue)
-            session = self._sessions.get(key)
-            if session is not None and session.expires <= now:
-                self._drop_session(key)
-            most = None if most is None else most - 1
+        _expire(self._session_queue, now, most, self._session_expiry, self._drop_session)
 
     def _expire_counters(self, now: float, most: int | None) -> None:
-        # Drops the counters whose window has closed (and only those).
-        queue = self._counter_queue
-        while queue and queue[0][0] <= now and (most is None or most > 0):
-            _, counter, window = heapq.heappop(queue)
-            entry = self._counters.get((counter, window))
-            if entry is not None and (entry[0] + 1) * window <= now:
-                del self._counters[(counter, window)]
-            most = None if most is None else most - 1
+        _expire(self._counter_queue, now, most, self._counter_expiry, self._drop_counter)
 
     def _expire_records(self, now: float, most: int | None) -> None:
-        # Drops the records whose time to live has passed (and only those).
-        queue = self._record_queue
-        while queue and queue[0][0] <= now and (most is None or most > 0):
-            _, namespace, key = heapq.heappop(queue)
-            record = self._records.get((namespace, key))
-            if record is not None and record[1] <= now:
-                del self._records[(namespace, key)]
-            most = None if most is None else most - 1
+        _expire(self._record_queue, now, most, self._record_expiry, self._drop_record)
 
     def _compact(self) -> None:
-        # Rebuilds a queue that holds many stale times (an entry renewed again and again).
-        if len(self._session_queue) > 2 * len(self._sessions) + _QUEUE_SLACK:
-            self._session_queue = [(s.expires, key) for key, s in self._sessions.items()]
-            heapq.heapify(self._session_queue)
-        if len(self._counter_queue) > 2 * len(self._counters) + _QUEUE_SLACK:
-            self._counter_queue = [
-                ((index + 1) * window, counter, window)
-                for (counter, window), (index, _count) in self._counters.items()
-            ]
-            heapq.heapify(self._counter_queue)
-        if len(self._record_queue) > 2 * len(self._records) + _QUEUE_SLACK:
-            self._record_queue = [
-                (expires, namespace, key)
-                for (namespace, key), (_value, expires) in self._records.items()
-            ]
-            heapq.heapify(self._record_queue)
+        self._session_queue = _rebuilt(self._session_queue, self._sessions, self._session_expiry)
+        self._counter_queue = _rebuilt(self._counter_queue, self._counters, self._counter_expiry)
+        self._record_queue = _rebuilt(self._record_queue, self._records, self._record_expiry)
 
     # sessions and counters
 
@@ -253,7 +272,7 @@ class MemoryStateStore:
                     self._counters[key] = (index, entry[1] + 1)
                 else:
                     self._counters[key] = (index, 1)
-                    heapq.heappush(self._counter_queue, ((index + 1) * window, counter, window))
+                    heapq.heappush(self._counter_queue, ((index + 1) * window, key))
 
     def _new_session(self, key: str, reservation: Reservation, now: float) -> _Session:
         owner = reservation.counters.get("caller")
@@ -343,7 +362,7 @@ class MemoryStateStore:
                 raise StateFullError("the record state is full: no new record can be kept")
         expires = now + check_record_ttl(ttl_s) / 1000
         self._records[key] = (bytes(value), expires)
-        heapq.heappush(self._record_queue, (expires, *key))
+        heapq.heappush(self._record_queue, (expires, key))
         self._compact()
 
     async def put_record(self, namespace: str, key: str, value: bytes, ttl_s: float) -> None:
